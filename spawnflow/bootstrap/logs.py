@@ -1,0 +1,148 @@
+"""Logging: structlog in front, the standard library's handlers behind.
+
+Every process configures logging once for its role: human-readable lines on the
+console (coloured on a TTY) and JSON lines in ``<base_log_folder>/<role>.log``.
+Libraries that log through the standard library (SQLAlchemy, Alembic) go through
+the same formatters, so their records carry ``role`` and ``pid`` too.
+
+A fork child inherits its parent's handlers, open files and logger cache; calling
+:func:`configure` again replaces all of that, which is why the launcher's child
+entry does so before anything logs. Role and pid are looked up when an event is
+written, never captured earlier, so a logger object created before a fork still
+writes the child's own pid.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+
+_role = "unconfigured"
+_log_file: Path | None = None
+
+
+def _add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    event.setdefault("role", _role)
+    event.setdefault("pid", os.getpid())
+    return event
+
+
+def _json_default(value: Any) -> str:
+    return str(value)
+
+
+_json = msgspec.json.Encoder(enc_hook=_json_default)
+
+
+def _dumps(event: dict[str, Any], **_: Any) -> str:
+    return _json.encode(event).decode()
+
+
+def _shared_processors() -> list:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        _add_process,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+
+
+def configure(
+    role: str,
+    *,
+    level: str = "INFO",
+    log_file: Path | None = None,
+    console: bool = True,
+    console_level: str | None = None,
+) -> None:
+    """Configure logging for this process, replacing whatever it had.
+
+    Args:
+        role: the process role, written into every event and naming the log file.
+        level: lowest level written to ``log_file``.
+        log_file: JSON-lines file to append to; its folder is created. None: no file.
+        console: write human-readable lines to stderr.
+        console_level: lowest level on the console (defaults to ``level``).
+    """
+    global _role, _log_file
+    _role, _log_file = role, log_file
+    shared = _shared_processors()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+
+    levels = []
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        handler.setLevel(level)
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=shared,
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info,
+                    structlog.processors.JSONRenderer(serializer=_dumps),
+                ],
+            )
+        )
+        root.addHandler(handler)
+        levels.append(logging.getLevelName(level))
+    if console:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(console_level or level)
+        handler.setFormatter(
+            structlog.stdlib.ProcessorFormatter(
+                foreign_pre_chain=shared,
+                processors=[
+                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.dev.ConsoleRenderer(colors=_is_tty(sys.stderr)),
+                ],
+            )
+        )
+        root.addHandler(handler)
+        levels.append(logging.getLevelName(console_level or level))
+    root.setLevel(min(levels) if levels else logging.WARNING)
+
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Not cached: a logger bound before a fork must follow the child's configuration.
+        cache_logger_on_first_use=False,
+    )
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def current_role() -> str:
+    """The role this process configured logging for."""
+    return _role
+
+
+def current_log_file() -> Path | None:
+    """The JSON-lines file this process writes, if any."""
+    return _log_file
+
+
+def get_logger(name: str | None = None, **bound: Any) -> structlog.stdlib.BoundLogger:
+    """A structlog logger; ``role`` and ``pid`` are added to every event it writes."""
+    return structlog.stdlib.get_logger(name, **bound)
+
+
+def role_log_file(base_folder: Path, role: str) -> Path:
+    """Where the processes of ``role`` write their JSON lines."""
+    return Path(base_folder) / f"{role}.log"

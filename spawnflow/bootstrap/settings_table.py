@@ -1,0 +1,315 @@
+"""The one declarative table of settings.
+
+Loading (:mod:`spawnflow.bootstrap.settings`), ``spawnflow config show`` and the
+README's settings table all read :data:`OPTIONS`; nothing else lists settings, so
+they cannot drift apart. Each kind below turns raw input (text from the
+environment or the command line, native TOML values from the config file) into a
+value, or says what it allows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spawnflow.bootstrap.paths import Locations
+from spawnflow.bootstrap.platform import START_METHODS, Platform
+
+
+class InvalidValue(ValueError):
+    """Raised by a kind when a value does not fit; carries what would fit instead."""
+
+    def __init__(self, allowed: str, reason: str | None = None):
+        super().__init__(allowed)
+        self.allowed = allowed
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a kind may need to interpret a value."""
+
+    platform: Platform
+    #: Relative paths are taken from here: the config file's folder, or the cwd.
+    base_dir: Path
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A type of setting: its name in docs, what it allows, and how to parse it."""
+
+    name: str
+    allowed: str
+    parse: Callable[[Any, Context], Any]
+
+    def convert(self, raw: Any, context: Context) -> Any:
+        return self.parse(raw, context)
+
+
+def _integer(minimum: int) -> Kind:
+    allowed = f"a whole number of at least {minimum}"
+
+    def parse(raw: Any, _: Context) -> int:
+        if isinstance(raw, bool):
+            raise InvalidValue(allowed)
+        if isinstance(raw, str):
+            try:
+                raw = int(raw.strip())
+            except ValueError:
+                raise InvalidValue(allowed) from None
+        if not isinstance(raw, int) or raw < minimum:
+            raise InvalidValue(allowed)
+        return raw
+
+    return Kind("integer", allowed, parse)
+
+
+def _seconds(minimum: float) -> Kind:
+    allowed = f"a number of seconds of at least {minimum:g}"
+
+    def parse(raw: Any, _: Context) -> float:
+        if isinstance(raw, bool):
+            raise InvalidValue(allowed)
+        if isinstance(raw, str):
+            try:
+                raw = float(raw.strip())
+            except ValueError:
+                raise InvalidValue(allowed) from None
+        if not isinstance(raw, int | float) or raw < minimum or raw != raw:
+            raise InvalidValue(allowed)
+        return float(raw)
+
+    return Kind("seconds", allowed, parse)
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _parse_boolean(raw: Any, _: Context) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+        return raw.strip().lower() in _TRUE
+    raise InvalidValue("true or false")
+
+
+BOOLEAN = Kind("boolean", "true or false", _parse_boolean)
+
+
+def _choice(*choices: str) -> Kind:
+    allowed = "one of " + ", ".join(choices)
+
+    def parse(raw: Any, _: Context) -> str:
+        if isinstance(raw, str) and raw.strip().upper() in {c.upper() for c in choices}:
+            return next(c for c in choices if c.upper() == raw.strip().upper())
+        raise InvalidValue(allowed)
+
+    return Kind("choice", allowed, parse)
+
+
+def _parse_path(raw: Any, context: Context) -> Path:
+    if not isinstance(raw, str) or not raw.strip():
+        raise InvalidValue("a path")
+    path = Path(raw.strip()).expanduser()
+    return path if path.is_absolute() else context.base_dir / path
+
+
+PATH = Kind("path", "a path", _parse_path)
+
+
+def _start_method(optional: bool) -> Kind:
+    allowed = "one of " + ", ".join(START_METHODS)
+    if optional:
+        allowed += ", or empty to use [core] mp_start_method"
+
+    def parse(raw: Any, context: Context) -> str | None:
+        if not isinstance(raw, str):
+            raise InvalidValue(allowed)
+        method = raw.strip().lower()
+        if optional and not method:
+            return None
+        if method not in START_METHODS:
+            raise InvalidValue(allowed)
+        offered = context.platform.start_methods
+        if method not in offered:
+            raise InvalidValue(
+                "one of " + ", ".join(offered),
+                reason=f"{context.platform.display_name} has no {method!r} start method",
+            )
+        return method
+
+    return Kind("start method", allowed, parse)
+
+
+_URL = re.compile(r"^(sqlite|postgresql|mysql|mariadb)(\+\w+)?://", re.IGNORECASE)
+
+
+def _parse_database_url(raw: Any, _: Context) -> str:
+    allowed = "a database URL starting sqlite://, postgresql://, mysql:// or mariadb://"
+    if not isinstance(raw, str) or not _URL.match(raw.strip()):
+        raise InvalidValue(allowed)
+    return raw.strip()
+
+
+DATABASE_URL = Kind(
+    "database URL", "a sqlite, postgresql, mysql or mariadb URL", _parse_database_url
+)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: where it lives, what it accepts, its default and its help."""
+
+    section: str
+    key: str
+    kind: Kind
+    #: A value, or a function of the resolved locations and platform.
+    default: Any
+    help: str
+    #: A command-line flag of the ``spawnflow`` group that sets this option.
+    flag: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.section}.{self.key}"
+
+    @property
+    def env_var(self) -> str:
+        return f"SPAWNFLOW__{self.section.upper()}__{self.key.upper()}"
+
+    def default_for(self, locations: Locations, platform: Platform) -> Any:
+        return self.default(locations, platform) if callable(self.default) else self.default
+
+    def describe_default(self) -> str:
+        """The default as the docs show it (defaults that depend on the OS are described)."""
+        return _DEFAULT_DESCRIPTIONS.get(
+            self.name, "" if self.default is None else str(self.default)
+        )
+
+
+SECTIONS = {
+    "core": "Process model and where Dags live.",
+    "database": "The metadata database.",
+    "logging": "Log level and files.",
+    "dag_processor": "The Dag processor and its file parsers.",
+    "scheduler": "The scheduler.",
+    "executor": "The executor and its workers.",
+    "triggerer": "The triggerer.",
+}
+
+#: The components whose children may use a start method of their own (law 2).
+COMPONENTS = ("dag_processor", "scheduler", "executor", "triggerer")
+
+
+def _component_method(component: str) -> Option:
+    return Option(
+        component,
+        "mp_start_method",
+        _start_method(optional=True),
+        None,
+        f"Start method for the children of the {component.replace('_', ' ')}; "
+        "empty means [core] mp_start_method.",
+    )
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "core",
+        "mp_start_method",
+        _start_method(optional=False),
+        lambda _, platform: platform.default_start_method,
+        "How every child process is started: fork, forkserver or spawn.",
+        flag="--start-method",
+    ),
+    Option(
+        "core",
+        "dags_folder",
+        PATH,
+        lambda locations, _: locations.default_dags_folder,
+        "Folder the Dag processor reads Dag files from.",
+    ),
+    Option(
+        "core",
+        "stop_grace_period",
+        _seconds(0),
+        10.0,
+        "Seconds a warm stop waits for a process tree to finish before killing it.",
+    ),
+    Option(
+        "database",
+        "url",
+        DATABASE_URL,
+        lambda locations, _: "sqlite:///" + locations.default_database_file.as_posix(),
+        "SQLAlchemy URL of the metadata database (SQLite, PostgreSQL, MySQL or MariaDB).",
+        flag="--database-url",
+    ),
+    Option(
+        "database",
+        "connect_timeout",
+        _integer(1),
+        10,
+        "Seconds to wait for a database server to accept a connection.",
+    ),
+    Option(
+        "database",
+        "sqlite_busy_timeout",
+        _seconds(0),
+        30.0,
+        "Seconds SQLite waits for a lock held by another process.",
+    ),
+    Option(
+        "logging",
+        "level",
+        _choice("DEBUG", "INFO", "WARNING", "ERROR"),
+        "INFO",
+        "Lowest level written to the log files.",
+        flag="--log-level",
+    ),
+    Option(
+        "logging",
+        "base_log_folder",
+        PATH,
+        lambda locations, _: locations.log_dir,
+        "Folder for the per-role log files (JSON lines).",
+    ),
+    *(_component_method(component) for component in COMPONENTS),
+)
+
+_DEFAULT_DESCRIPTIONS = {
+    "core.mp_start_method": "forkserver on Linux, spawn on macOS and Windows",
+    "core.dags_folder": "`<data dir>/dags`",
+    "database.url": "SQLite file `<data dir>/spawnflow.db`",
+    "logging.base_log_folder": "`<log dir>`",
+}
+
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def lookup(section: str, key: str) -> Option | None:
+    """The option ``[section] key``, or None."""
+    return _BY_NAME.get(f"{section}.{key}")
+
+
+def names() -> list[str]:
+    """Every option as ``section.key``."""
+    return list(_BY_NAME)
+
+
+def render_markdown() -> str:
+    """The settings table for the README."""
+    lines = [
+        "| Setting | Environment variable | Type | Default | Description |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for option in OPTIONS:
+        default = option.describe_default() or "(empty)"
+        flag = f" CLI: `{option.flag}`." if option.flag else ""
+        lines.append(
+            f"| `[{option.section}] {option.key}` | `{option.env_var}` | {option.kind.name} "
+            f"| {default} | {option.help}{flag} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,131 @@
+"""The wire protocol between a parent and its child (law 6).
+
+Messages are typed ``msgspec`` structs, encoded as msgpack and framed by the
+``multiprocess`` connection (a length header on POSIX pipes, message mode on
+Windows pipes). Every message class that derives from :class:`Message` is
+registered when it is defined, so a :class:`Channel` decodes any of them by its
+``type`` tag. Requests carry an ``id`` and are answered by exactly one
+:class:`Response` with the same ``id``; errors are typed :class:`ErrorResponse`.
+
+This module lives in ``bootstrap`` because the launcher's boot handshake
+(:class:`Ready`, :class:`BootFailed`) speaks it; ``spawnflow.comms`` adds the
+messages of the roles.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, ClassVar, Union
+
+import msgspec
+
+
+class ProtocolError(Exception):
+    """Bytes on a channel that are not a known message."""
+
+
+class _Codec:
+    encoder = msgspec.msgpack.Encoder()
+    decoder: msgspec.msgpack.Decoder | None = None
+
+    @classmethod
+    def decode(cls, data: bytes) -> Message:
+        if cls.decoder is None:
+            # Registered concrete classes: a tagged union msgspec can dispatch on.
+            cls.decoder = msgspec.msgpack.Decoder(Union[tuple(Message._registry)])  # noqa: UP007
+        try:
+            return cls.decoder.decode(data)
+        except msgspec.DecodeError as error:
+            raise ProtocolError(f"undecodable message: {error}") from None
+
+
+class Message(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Base of every message; subclasses register themselves for decoding."""
+
+    _registry: ClassVar[list[type[Message]]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Message._registry.append(cls)
+        _Codec.decoder = None
+
+
+class Request(Message):
+    """A message that expects exactly one :class:`Response` carrying the same ``id``."""
+
+    id: int
+
+
+class Response(Message):
+    """The answer to the request with the same ``id``."""
+
+    id: int
+
+
+class ErrorResponse(Response):
+    """A request failed; ``kind`` is a stable code the caller can branch on."""
+
+    kind: str
+    message: str
+
+
+class Ready(Message):
+    """Sent by the child's bootstrap once it is ready to call its target."""
+
+    pid: int
+    role: str
+    method: str
+    boot_seconds: float
+
+
+class BootFailed(Message):
+    """Sent by the child's bootstrap when a boot stage failed; the child then exits."""
+
+    pid: int
+    role: str
+    stage: str
+    error: str
+    message: str
+
+
+class Channel:
+    """One end of a parent/child connection that sends and receives :class:`Message`."""
+
+    def __init__(self, connection: Any):
+        self.connection = connection
+        self._ids = itertools.count(1)
+
+    def next_id(self) -> int:
+        """A request id unique on this end of the channel."""
+        return next(self._ids)
+
+    def send(self, message: Message) -> None:
+        self.connection.send_bytes(_Codec.encoder.encode(message))
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        return self.connection.poll(timeout)
+
+    def recv(self, timeout: float | None = None) -> Message:
+        """The next message; TimeoutError if none arrives within ``timeout`` seconds.
+
+        EOFError when the other end closed (its process exited).
+        """
+        if timeout is not None and not self.connection.poll(timeout):
+            raise TimeoutError(f"no message within {timeout:g} seconds")
+        return _Codec.decode(self.connection.recv_bytes())
+
+    def fileno(self) -> int:
+        return self.connection.fileno()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def encode(message: Message) -> bytes:
+    """The bytes of ``message`` as they travel on a channel."""
+    return _Codec.encoder.encode(message)
+
+
+def decode(data: bytes) -> Message:
+    """The message in ``data``; ProtocolError if it is not one."""
+    return _Codec.decode(data)

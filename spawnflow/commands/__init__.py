@@ -1,0 +1,78 @@
+"""The ``spawnflow`` command line: thin click commands over services and processors.
+
+Settings are resolved lazily, on the first command that needs them, so that
+``--help`` works even with a broken config file. Errors the user can fix
+(:class:`~spawnflow.bootstrap.errors.UserError`) become one line on stderr and a
+non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import click
+
+from spawnflow import __version__
+from spawnflow.bootstrap import settings_table
+from spawnflow.bootstrap.errors import UserError
+from spawnflow.commands.state import State
+
+
+class SpawnflowGroup(click.Group):
+    """A group that turns a UserError from any command into a one-line ClickException."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as error:
+            message = str(error).strip()
+            if not message.endswith((".", "?", "!")):
+                message += "."
+            raise click.ClickException(message[:1].upper() + message[1:]) from None
+
+
+def _setting_flags(function):
+    """One ``--flag`` per setting that the table gives a flag (defined once, here)."""
+    for option in reversed(settings_table.OPTIONS):
+        if option.flag:
+            function = click.option(
+                option.flag,
+                f"setting__{option.section}__{option.key}",
+                metavar="VALUE",
+                help=f"{option.help} Sets [{option.section}] {option.key}.",
+            )(function)
+    return function
+
+
+@click.group(cls=SpawnflowGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="spawnflow")
+@_setting_flags
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help="Set any setting for this run (repeatable); beats the environment and config file.",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Show informational log lines on stderr.")
+@click.pass_context
+def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags: str | None):
+    """spawnflow: workflows whose processes behave the same under fork, forkserver and spawn.
+
+    Settings come from defaults, the config file, SPAWNFLOW__SECTION__KEY environment
+    variables and these options, in that order; see `spawnflow config show --sources`.
+    """
+    from spawnflow.bootstrap import logs
+
+    logs.configure("cli", console=True, console_level="INFO" if verbose else "WARNING")
+    ctx.obj = State.from_cli(assignments, flags)
+
+
+def _register() -> None:
+    from spawnflow.commands import config, db, doctor, info
+
+    cli.add_command(info.info_command)
+    cli.add_command(config.config_group)
+    cli.add_command(db.db_group)
+    cli.add_command(doctor.doctor_command)
+
+
+_register()

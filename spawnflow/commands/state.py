@@ -1,0 +1,45 @@
+"""What the group hands its commands: the command-line overrides and, on demand, settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import click
+
+from spawnflow.bootstrap import settings as settings_module
+from spawnflow.bootstrap import settings_table
+from spawnflow.bootstrap.settings import Override, Settings
+
+
+class State:
+    """Per-invocation state: overrides from the command line, settings resolved once."""
+
+    def __init__(self, overrides: list[Override]):
+        self.overrides = overrides
+        self._settings: Settings | None = None
+
+    @classmethod
+    def from_cli(cls, assignments: tuple[str, ...], flags: Mapping[str, str | None]) -> State:
+        overrides = []
+        for option in settings_table.OPTIONS:
+            value = flags.get(f"setting__{option.section}__{option.key}")
+            if value is not None:
+                overrides.append(Override(option.name, value, option.flag or option.name))
+        for assignment in assignments:
+            name, equals, value = assignment.partition("=")
+            if not equals or "." not in name:
+                raise click.BadParameter(
+                    f"{assignment!r} is not SECTION.KEY=VALUE", param_hint="--set"
+                )
+            overrides.append(Override(name.strip(), value, f"--set {name.strip()}"))
+        return cls(overrides)
+
+    def settings(self) -> Settings:
+        """Resolve (once) and install the settings snapshot of this CLI process."""
+        if self._settings is None:
+            self._settings = settings_module.resolve(overrides=self.overrides)
+            settings_module.install(self._settings)
+        return self._settings
+
+
+pass_state = click.make_pass_decorator(State)

@@ -1,0 +1,29 @@
+"""Messages the roles exchange over the wire protocol of :mod:`spawnflow.bootstrap.wire`.
+
+Framing, the registry and the boot handshake live in ``bootstrap.wire``; each role's
+messages are added here as the roles arrive.
+"""
+
+from __future__ import annotations
+
+from spawnflow.bootstrap.wire import Channel, ErrorResponse, Message, Request, Response
+
+__all__ = ["Channel", "ErrorResponse", "Message", "ProbeReport", "Request", "Response"]
+
+
+class ProbeReport(Message):
+    """What a doctor probe child found about itself (see ``spawnflow doctor``)."""
+
+    pid: int
+    role: str
+    log_file: str
+    settings: dict
+    #: Engines in this process's registry that another process created.
+    inherited_engines: int
+    #: The server-side connection this child opened itself, or why it could not.
+    own_connection: str
+    #: What happened when the child used a connection it inherited from its parent:
+    #: "refused", "nothing inherited", or what went wrong.
+    inherited_use: str
+    grandchild_pid: int
+    modules: list[str]
