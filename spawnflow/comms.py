@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from spawnflow.bootstrap.wire import Channel, ErrorResponse, Message, Request, Response
 
-__all__ = ["Channel", "ErrorResponse", "Message", "ProbeReport", "Request", "Response"]
+__all__ = [
+    "Channel",
+    "ErrorResponse",
+    "Message",
+    "ProbeReport",
+    "Request",
+    "ResourceReport",
+    "Response",
+]
 
 
 class ProbeReport(Message):
@@ -27,3 +35,11 @@ class ProbeReport(Message):
     inherited_use: str
     grandchild_pid: int
     modules: list[str]
+
+
+class ResourceReport(Message):
+    """A process's own view of its resources (benchmarks and health checks)."""
+
+    pid: int
+    peak_rss_bytes: int | None
+    modules: int

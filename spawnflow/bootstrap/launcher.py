@@ -9,8 +9,11 @@ the spec's import string, reports :class:`~spawnflow.bootstrap.wire.Ready` and
 calls the target. Nothing else is set up in a child: no settings reload, no ORM,
 no migrations.
 
-The spec travels as pickle bytes under every method, fork included, so a child
-sees exactly what a spawned child would: a copy, never a shared object.
+The spec is pickled under every method, fork included, so a spec that could not
+reach a spawned child fails under fork too, in the parent, at launch. A spawn or
+forkserver child unpickles those bytes; a fork child already holds a copy of the
+spec object in its copied memory and uses that (unpickling it again would only
+cost time), so every child sees a copy, never a shared object.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -48,8 +50,7 @@ class ChildBootError(UserError, RuntimeError):
     """A child exited, or never reported, before it was ready; the message is one sentence."""
 
 
-@dataclass(frozen=True)
-class ChildSpec:
+class ChildSpec(msgspec.Struct, frozen=True):
     """The picklable description of a child: what it is, what it runs, what it knows.
 
     Args:
@@ -69,7 +70,7 @@ class ChildSpec:
 
     role: str
     target: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = msgspec.field(default_factory=dict)
     settings: Settings | None = None
     log_file: Path | None = None
     log_to_console: bool = False
@@ -102,8 +103,7 @@ def _require_plain(value: Any, where: str) -> None:
     )
 
 
-@dataclass(frozen=True)
-class ExitStatus:
+class ExitStatus(msgspec.Struct, frozen=True):
     """How a child ended: its exit code, or the signal that killed it."""
 
     exitcode: int | None
@@ -111,11 +111,16 @@ class ExitStatus:
     #: The child had to be killed because it outlived its warm stop's grace period.
     cold: bool = False
 
-    def describe(self) -> str:
+    def describe(self, meaning: bool = True) -> str:
+        """``killed by SIGKILL``, ``exited with code 3 (boot failed)``, ...
+
+        ``meaning=False`` leaves out what spawnflow's exit codes mean, for a child
+        that ended before spawnflow's entry point ran (the codes were not ours).
+        """
         if self.signal is not None:
             return f"killed by {self.signal}"
-        meaning = lifecycle.EXIT_MEANINGS.get(self.exitcode)
-        return f"exited with code {self.exitcode}" + (f" ({meaning})" if meaning else "")
+        said = lifecycle.EXIT_MEANINGS.get(self.exitcode) if meaning else None
+        return f"exited with code {self.exitcode}" + (f" ({said})" if said else "")
 
 
 class Child:
@@ -174,11 +179,33 @@ class Child:
             raise ChildBootError(
                 f"{self.describe()} could not boot ({message.stage}): {message.message}."
             )
-        ended = status.describe() if status else "closed its connection"
-        raise ChildBootError(f"{self.describe()} {ended} before it was ready.")
+        ended = status.describe(meaning=False) if status else "closed its connection"
+        raise ChildBootError(
+            f"{self.describe()} {ended} before it was ready; its stderr may say why."
+        )
 
     def is_alive(self) -> bool:
-        return self._status is None and self._process.is_alive()
+        return self._status is None and not self._has_exited()
+
+    def _has_exited(self, timeout: float = 0.0) -> bool:
+        """Whether the child exited, waiting up to ``timeout``, without reaping it.
+
+        The sentinel fires when every copy of the child's end of its pipe is closed;
+        a fork grandchild inherits a copy, so the sentinel alone can stay silent
+        after the child exited. An exited child that is not reaped yet is a zombie,
+        which the OS reports too. Not reaping matters: until we do, the child's pid,
+        which is also its process group's id, cannot be reused (see :meth:`_reap`).
+        """
+        from multiprocess.connection import wait
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if wait([self.sentinel], min(max(deadline - time.monotonic(), 0), 0.25)):
+                return True
+            if self._platform.has_exited(self.pid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
 
     @property
     def exit_status(self) -> ExitStatus | None:
@@ -186,10 +213,13 @@ class Child:
         return self._status
 
     def join(self, timeout: float | None = None) -> ExitStatus | None:
-        """Wait for the child to exit; its ExitStatus, or None if it is still running."""
+        """Wait for the child to exit; its ExitStatus, or None if it is still running.
+
+        Whatever the child left behind in its process group (a background job of a
+        shell command, say) is killed before the child is reaped.
+        """
         if self._status is None:
-            self._process.join(timeout)
-            if self._process.exitcode is None:
+            if not self._has_exited(timeout if timeout is not None else float("inf")):
                 return None
             self._reap()
         return self._status
@@ -207,30 +237,29 @@ class Child:
             return self._status
         if grace is None:
             grace = (self.spec.settings or settings_module.current()).core.stop_grace_period
-        from multiprocess.connection import wait
-
         tree = self._platform.snapshot_tree(self.pid)
         cold = False
-        if self._process.is_alive():
+        if not self._has_exited():
             self._platform.request_warm_stop(self.pid, self._control)
             deadline = time.monotonic() + grace
             exited = False
             while not exited and (remaining := deadline - time.monotonic()) > 0:
-                # A fork grandchild inherits the child's end of the sentinel pipe, so the
-                # sentinel alone can stay silent after the child exited: ask as well.
-                exited = bool(wait([self.sentinel], min(remaining, 0.25)))
-                exited = exited or not self._process.is_alive()
+                exited = self._has_exited(min(remaining, 0.25))
                 if not exited:
                     tree = _merge(tree, self._platform.snapshot_tree(self.pid))
-            # The sentinel fires when the child's descriptors close, a moment before
-            # the kernel reports it exited; ``is_alive`` right then can still say yes.
             cold = not exited
         self._platform.kill_tree(tree)
-        self._process.join(timeout=30)
         self._reap(cold=cold)
         return self._status
 
     def _reap(self, cold: bool = False) -> None:
+        # The child has exited but is not reaped, so no other process can hold its
+        # pid yet; killing that process group now reaches only what the child left.
+        # (A forkserver child is reaped by the forkserver at once; its pid could in
+        # principle be reused in between, which needs the pid space to wrap around
+        # within these few milliseconds.)
+        self._platform.kill_group(self.pid)
+        self._process.join(timeout=30)
         exitcode = self._process.exitcode
         self._status = ExitStatus(exitcode, self._platform.signal_name(exitcode), cold)
         _children.pop(self.pid, None)
@@ -260,10 +289,12 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     ``component`` (``[component] mp_start_method``), else ``[core] mp_start_method``.
     Call :meth:`Child.wait_ready` to wait for it to boot.
     """
+    started = time.perf_counter()
     snapshot = spec.settings or settings_module.current()
     if method is None:
         method, _ = startmethods.for_component(snapshot, component)
     log_file = spec.log_file or logs.role_log_file(snapshot.logging.base_log_folder, spec.role)
+    _ensure_folder(log_file.parent)
     spec = ChildSpec(
         role=spec.role,
         target=spec.target,
@@ -273,14 +304,16 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         log_to_console=spec.log_to_console,
     )
     ctx = startmethods.context(method)
+    _stop_children_at_exit()
     parent_end, child_end = ctx.Pipe(duplex=True)
     control_parent = control_child = None
     if not platforms.current().stop_by_signal:
         control_child, control_parent = ctx.Pipe(duplex=False)
+    pickled = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
     process = ctx.Process(
         target=_child_entry,
         args=(
-            pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL),
+            spec if method == "fork" else pickled,
             method,
             child_end,
             control_child,
@@ -288,7 +321,6 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         name=f"spawnflow-{spec.role}",
         daemon=False,
     )
-    started = time.perf_counter()
     process.start()
     # The child holds its own copies now; closing ours lets us see EOF when it dies.
     child_end.close()
@@ -298,6 +330,32 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     child._launched_at = started
     _children[child.pid] = child
     return child
+
+
+_atexit_registered = False
+_folders: set[Path] = set()
+
+
+def _ensure_folder(folder: Path) -> None:
+    """Create a children's log folder once per parent, instead of once per child."""
+    if folder not in _folders:
+        folder.mkdir(parents=True, exist_ok=True)
+        _folders.add(folder)
+
+
+def _stop_children_at_exit() -> None:
+    """Stop leftover children when the interpreter exits, however it exits.
+
+    Registered after ``multiprocess`` is imported: atexit runs handlers last-in
+    first-out, and multiprocess's own handler joins every child, which would wait
+    forever for a child that waits to be stopped.
+    """
+    global _atexit_registered
+    if not _atexit_registered:
+        import atexit
+
+        atexit.register(stop_children)
+        _atexit_registered = True
 
 
 def children() -> list[Child]:
@@ -334,13 +392,14 @@ def import_target(reference: str) -> Callable[..., Any]:
 # -- in the child ---------------------------------------------------------------------
 
 
-def _child_entry(spec_bytes: bytes, method: str, connection: Any, control: Any) -> None:
+def _child_entry(spec: ChildSpec | bytes, method: str, connection: Any, control: Any) -> None:
     """Where every child starts, under every start method."""
     started = time.perf_counter()
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"
     try:
-        spec: ChildSpec = pickle.loads(spec_bytes)
+        if isinstance(spec, bytes):
+            spec = pickle.loads(spec)
         role = spec.role
         stage = "settings"
         settings_module.install(spec.settings)
@@ -350,6 +409,7 @@ def _child_entry(spec_bytes: bytes, method: str, connection: Any, control: Any) 
             level=spec.settings.logging.level,
             log_file=spec.log_file,
             console=spec.log_to_console,
+            create_folder=False,  # the launcher made it: a fork child pays for every syscall
         )
         stage = "process group"
         platforms.current().enter_own_process_group()

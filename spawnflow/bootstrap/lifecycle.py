@@ -60,7 +60,8 @@ def install(control: Any = None) -> None:
     """
     global _deferred
     _deferred = False
-    stop_requested.clear()
+    if stop_requested.is_set():  # inherited from a fork parent that was stopping
+        stop_requested.clear()
     signal.signal(signal.SIGTERM, _on_stop_request)
     # A child leads its own process group, so a terminal's Ctrl-C does not reach
     # it; a SIGINT sent to it on purpose means the same as SIGTERM.

@@ -20,11 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import msgspec
-import structlog
-
 _role = "unconfigured"
 _log_file: Path | None = None
+_structlog_configured = False
 
 
 def _add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -33,18 +31,15 @@ def _add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-def _json_default(value: Any) -> str:
-    return str(value)
-
-
-_json = msgspec.json.Encoder(enc_hook=_json_default)
-
-
 def _dumps(event: dict[str, Any], **_: Any) -> str:
-    return _json.encode(event).decode()
+    import msgspec
+
+    return msgspec.json.encode(event, enc_hook=str).decode()
 
 
 def _shared_processors() -> list:
+    import structlog
+
     return [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -54,6 +49,54 @@ def _shared_processors() -> list:
     ]
 
 
+class _DeferredFormatter(logging.Formatter):
+    """structlog's ProcessorFormatter, built when the first record is written.
+
+    Importing structlog costs a spawned child about 30 ms (it pulls in asyncio); a
+    child that never logs should not pay that before it reports ready.
+    """
+
+    def __init__(self, json_lines: bool):
+        super().__init__()
+        self._json_lines = json_lines
+        self._formatter: logging.Formatter | None = None
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self._formatter is None:
+            self._formatter = _processor_formatter(self._json_lines)
+        return self._formatter.format(record)
+
+
+def _processor_formatter(json_lines: bool) -> logging.Formatter:
+    import structlog
+
+    if json_lines:
+        renderers = [
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(serializer=_dumps),
+        ]
+    else:
+        renderers = [structlog.dev.ConsoleRenderer(colors=_is_tty(sys.stderr))]
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=_shared_processors(),
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderers],
+    )
+
+
+def _configure_structlog() -> None:
+    global _structlog_configured
+    import structlog
+
+    structlog.configure(
+        processors=[*_shared_processors(), structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        # Not cached: a logger bound before a fork must follow the child's configuration.
+        cache_logger_on_first_use=False,
+    )
+    _structlog_configured = True
+
+
 def configure(
     role: str,
     *,
@@ -61,6 +104,7 @@ def configure(
     log_file: Path | None = None,
     console: bool = True,
     console_level: str | None = None,
+    create_folder: bool = True,
 ) -> None:
     """Configure logging for this process, replacing whatever it had.
 
@@ -70,10 +114,10 @@ def configure(
         log_file: JSON-lines file to append to; its folder is created. None: no file.
         console: write human-readable lines to stderr.
         console_level: lowest level on the console (defaults to ``level``).
+        create_folder: create ``log_file``'s folder (the launcher does it for its children).
     """
     global _role, _log_file
     _role, _log_file = role, log_file
-    shared = _shared_processors()
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
@@ -81,44 +125,25 @@ def configure(
 
     levels = []
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        if create_folder:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
         handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
         handler.setLevel(level)
-        handler.setFormatter(
-            structlog.stdlib.ProcessorFormatter(
-                foreign_pre_chain=shared,
-                processors=[
-                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer(serializer=_dumps),
-                ],
-            )
-        )
+        handler.setFormatter(_DeferredFormatter(json_lines=True))
         root.addHandler(handler)
         levels.append(logging.getLevelName(level))
     if console:
         handler = logging.StreamHandler(sys.stderr)
         handler.setLevel(console_level or level)
-        handler.setFormatter(
-            structlog.stdlib.ProcessorFormatter(
-                foreign_pre_chain=shared,
-                processors=[
-                    structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.dev.ConsoleRenderer(colors=_is_tty(sys.stderr)),
-                ],
-            )
-        )
+        handler.setFormatter(_DeferredFormatter(json_lines=False))
         root.addHandler(handler)
         levels.append(logging.getLevelName(console_level or level))
     root.setLevel(min(levels) if levels else logging.WARNING)
-
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        # Not cached: a logger bound before a fork must follow the child's configuration.
-        cache_logger_on_first_use=False,
-    )
+    if "structlog" in sys.modules and not _structlog_configured:
+        # Already imported (by a library, or the parent before a fork): configure it
+        # now, so that nothing logs through structlog's defaults. Its configuration
+        # does not depend on the role, so what a fork child inherits stays valid.
+        _configure_structlog()
 
 
 def _is_tty(stream: Any) -> bool:
@@ -138,8 +163,15 @@ def current_log_file() -> Path | None:
     return _log_file
 
 
-def get_logger(name: str | None = None, **bound: Any) -> structlog.stdlib.BoundLogger:
-    """A structlog logger; ``role`` and ``pid`` are added to every event it writes."""
+def get_logger(name: str | None = None, **bound: Any):
+    """A structlog logger; ``role`` and ``pid`` are added to every event it writes.
+
+    The first call in a process imports and configures structlog.
+    """
+    if not _structlog_configured:
+        _configure_structlog()
+    import structlog
+
     return structlog.stdlib.get_logger(name, **bound)
 
 

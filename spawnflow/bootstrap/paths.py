@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 APP_NAME = "spawnflow"
 CONFIG_FILE_NAME = "spawnflow.toml"
@@ -21,8 +22,7 @@ HOME_VARIABLE = "SPAWNFLOW_HOME"
 CONFIG_VARIABLE = "SPAWNFLOW_CONFIG"
 
 
-@dataclass(frozen=True)
-class Locations:
+class Locations(msgspec.Struct, frozen=True):
     """The folders and config file of one resolution, and why each was chosen."""
 
     home: Path | None

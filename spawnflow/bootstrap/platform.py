@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     import psutil
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
 START_METHODS = ("fork", "forkserver", "spawn")
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(msgspec.Struct, frozen=True):
     """What an operating system offers to a process supervisor."""
 
     name: str
@@ -136,6 +136,30 @@ class Platform:
             except psutil.Error:
                 pass
         return [p for p in seen.values() if _running(p)]
+
+    def kill_group(self, pgid: int) -> None:
+        """Kill what is left in process group ``pgid`` (POSIX; nothing on Windows).
+
+        Call it only while the group's leader is an unreaped child of ours: then
+        the id cannot belong to anyone else.
+        """
+        if not self.process_groups or pgid == os.getpgrp():
+            return
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def has_exited(self, pid: int) -> bool:
+        """Whether ``pid`` is gone or a zombie (exited, waiting to be reaped)."""
+        import psutil
+
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
 
     # -- facts --------------------------------------------------------------------
 

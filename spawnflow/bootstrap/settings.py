@@ -10,14 +10,13 @@ the file changed in between.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings_table as table
@@ -33,9 +32,11 @@ class SettingsError(UserError):
     The message is one sentence meant for the user, without a traceback.
     """
 
+    def __init__(self, message: str):
+        super().__init__(message if message.endswith((".", "?")) else message + ".")
 
-@dataclass(frozen=True)
-class Source:
+
+class Source(msgspec.Struct, frozen=True):
     """Where a value came from: the layer and, for files, env and CLI, exactly where."""
 
     layer: str  # "default", "file", "env" or "cli"
@@ -50,8 +51,7 @@ class Source:
         }[self.layer]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True):
     """One resolved setting."""
 
     section: str
@@ -60,8 +60,7 @@ class Entry:
     source: Source
 
 
-@dataclass(frozen=True)
-class Override:
+class Override(msgspec.Struct, frozen=True):
     """A value given on the command line for ``section.key``."""
 
     name: str
@@ -193,11 +192,13 @@ def _find(name: str, source: Source | str) -> table.Option:
     option = table.lookup(section, key)
     if option is None:
         hint = _did_you_mean(name, table.names())
-        raise SettingsError(f"{source} names an unknown setting {name!r}{hint}.")
+        raise SettingsError(f"{source} names an unknown setting {name!r}{hint}")
     return option
 
 
 def _did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    import difflib
+
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -212,12 +213,14 @@ def _read_environment(environ: Mapping[str, str], cwd: Path) -> dict:
         if option is None:
             hint = _did_you_mean(variable.upper(), [o.env_var for o in table.OPTIONS])
             hint = hint.replace("did you mean '", "did you mean ").replace("'?", "?")
-            raise SettingsError(f"The environment variable {variable} names no setting{hint}.")
+            raise SettingsError(f"The environment variable {variable} names no setting{hint}")
         found[option.name] = (value, Source("env", variable), cwd)
     return found
 
 
 def _read_config_file(path: Path) -> dict:
+    import tomllib
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -237,7 +240,7 @@ def _read_config_file(path: Path) -> dict:
         if section not in table.SECTIONS:
             hint = _did_you_mean(section, table.SECTIONS)
             raise SettingsError(
-                f"The config file {path}{where} has an unknown section [{section}]{hint}."
+                f"The config file {path}{where} has an unknown section [{section}]{hint}"
             )
         if not isinstance(values, dict):
             raise SettingsError(
@@ -251,7 +254,7 @@ def _read_config_file(path: Path) -> dict:
                 keys = [o.key for o in table.OPTIONS if o.section == section]
                 raise SettingsError(
                     f"The config file {path}{where} has an unknown key {key!r} in "
-                    f"[{section}]{_did_you_mean(key, keys)}."
+                    f"[{section}]{_did_you_mean(key, keys)}"
                 )
             source = Source("file", f"{path}{where}")
             found[option.name] = (value, source, path.parent)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from spawnflow.bootstrap.paths import Locations
 from spawnflow.bootstrap.platform import START_METHODS, Platform
@@ -28,8 +29,7 @@ class InvalidValue(ValueError):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     """What a kind may need to interpret a value."""
 
     platform: Platform
@@ -37,8 +37,7 @@ class Context:
     base_dir: Path
 
 
-@dataclass(frozen=True)
-class Kind:
+class Kind(msgspec.Struct, frozen=True):
     """A type of setting: its name in docs, what it allows, and how to parse it."""
 
     name: str
@@ -102,13 +101,14 @@ BOOLEAN = Kind("boolean", "true or false", _parse_boolean)
 
 def _choice(*choices: str) -> Kind:
     allowed = "one of " + ", ".join(choices)
+    name = ", ".join(choices[:-1]) + " or " + choices[-1]
 
     def parse(raw: Any, _: Context) -> str:
         if isinstance(raw, str) and raw.strip().upper() in {c.upper() for c in choices}:
             return next(c for c in choices if c.upper() == raw.strip().upper())
         raise InvalidValue(allowed)
 
-    return Kind("choice", allowed, parse)
+    return Kind(name, allowed, parse)
 
 
 def _parse_path(raw: Any, context: Context) -> Path:
@@ -160,8 +160,7 @@ DATABASE_URL = Kind(
 )
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(msgspec.Struct, frozen=True):
     """One setting: where it lives, what it accepts, its default and its help."""
 
     section: str

@@ -36,7 +36,18 @@ class _Codec:
         try:
             return cls.decoder.decode(data)
         except msgspec.DecodeError as error:
-            raise ProtocolError(f"undecodable message: {error}") from None
+            raise ProtocolError(f"undecodable message: {_explain(data, error)}") from None
+
+
+def _explain(data: bytes, error: msgspec.DecodeError) -> str:
+    """Name an unknown message type: the usual cause is a module imported on one side only."""
+    try:
+        tag = msgspec.msgpack.decode(data).get("type")
+    except (msgspec.DecodeError, AttributeError):
+        return str(error)
+    if isinstance(tag, str) and tag not in {cls.__name__ for cls in Message._registry}:
+        return f"unknown message type {tag!r}; import the module that defines it in this process"
+    return str(error)
 
 
 class Message(msgspec.Struct, tag=True, frozen=True, kw_only=True):

@@ -1,0 +1,67 @@
+"""The platform module: OS descriptions and the process-tree operations it guards."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from spawnflow.bootstrap import platform as platforms
+
+
+def test_each_os_offers_its_start_methods_and_default():
+    assert platforms.LINUX.start_methods == ("fork", "forkserver", "spawn")
+    assert platforms.LINUX.default_start_method == "forkserver"
+    assert platforms.MACOS.default_start_method == "spawn"
+    assert platforms.WINDOWS.start_methods == ("spawn",)
+    assert not platforms.WINDOWS.process_groups
+    assert not platforms.WINDOWS.stop_by_signal
+
+
+def test_detect_matches_this_machine():
+    expected = {"win32": "windows", "darwin": "darwin"}.get(sys.platform, "linux")
+    assert platforms.detect().name == expected
+    assert platforms.by_name(expected) is platforms.detect()
+    with pytest.raises(ValueError, match="unknown platform"):
+        platforms.by_name("beos")
+
+
+GRANDPARENT = """
+import subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+@pytest.mark.parametrize("platform", [platforms.LINUX, platforms.WINDOWS], ids=["posix", "windows"])
+def test_kill_tree_kills_a_process_and_its_descendants(platform):
+    # The Windows path walks the tree with psutil only; the POSIX path also freezes
+    # the tree and kills by process group. Both run here.
+    root = subprocess.Popen([sys.executable, "-c", GRANDPARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild_pid = int(root.stdout.readline())  # the grandchild exists from here on
+        tree = platform.snapshot_tree(root.pid)
+        assert [p.pid for p in tree] == [root.pid, grandchild_pid]
+
+        platform.kill_tree(tree)
+
+        assert root.wait(timeout=30) != 0
+        grandchild = tree[1]
+        assert not grandchild.is_running() or grandchild.status() == psutil.STATUS_ZOMBIE
+    finally:
+        if root.poll() is None:
+            root.kill()
+        root.stdout.close()
+
+
+def test_signal_names_come_from_negative_exit_codes():
+    assert platforms.LINUX.signal_name(-9) == "SIGKILL"
+    assert platforms.LINUX.signal_name(0) is None
+    assert platforms.LINUX.signal_name(None) is None
+
+
+def test_peak_rss_is_reported():
+    assert platforms.peak_rss_bytes() > 1_000_000

@@ -1,0 +1,53 @@
+"""The wire protocol over a real pipe, in one process."""
+
+from __future__ import annotations
+
+import multiprocess
+import pytest
+
+from spawnflow.bootstrap import wire
+from tests.fixtures.messages import Echo, Echoed
+
+
+@pytest.fixture
+def channels():
+    left, right = multiprocess.get_context("spawn").Pipe(duplex=True)
+    yield wire.Channel(left), wire.Channel(right)
+    left.close()
+    right.close()
+
+
+def test_messages_round_trip_by_type(channels):
+    parent, child = channels
+    sent = [
+        wire.Ready(pid=1, role="r", method="spawn", boot_seconds=0.5),
+        Echo(id=parent.next_id(), payload={"nested": [1, "two", None]}),
+        wire.ErrorResponse(id=7, kind="XCOM_BACKEND_ERROR", message="gone"),
+    ]
+    for message in sent:
+        parent.send(message)
+    assert [child.recv(timeout=5) for _ in sent] == sent
+
+
+def test_request_ids_are_unique_per_channel(channels):
+    parent, _ = channels
+    ids = [parent.next_id() for _ in range(100)]
+    assert len(set(ids)) == 100
+
+
+def test_unknown_bytes_are_a_protocol_error(channels):
+    parent, child = channels
+    parent.connection.send_bytes(b"\x81\xa4type\xa5Bogus")
+    with pytest.raises(wire.ProtocolError, match="undecodable message"):
+        child.recv(timeout=5)
+
+
+def test_recv_times_out_when_nothing_arrives(channels):
+    _, child = channels
+    with pytest.raises(TimeoutError):
+        child.recv(timeout=0.01)
+
+
+def test_a_response_is_typed_by_its_class():
+    data = wire.encode(Echoed(id=3, payload="x"))
+    assert wire.decode(data) == Echoed(id=3, payload="x")

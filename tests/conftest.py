@@ -1,0 +1,162 @@
+"""Fixtures shared by every test: start methods, isolated homes, database backends.
+
+* ``start_method``: each process test runs under every start method this OS has,
+  or only under ``SPAWNFLOW__CORE__MP_START_METHOD`` when tox/nox set it.
+* ``db_backend`` / ``database_url``: sqlite, postgres and mysql (MariaDB). Server
+  backends get one database per pytest-xdist worker. ``SPAWNFLOW_TEST_BACKENDS``
+  picks the backends; a server that is down skips its tests locally, and fails
+  them when ``SPAWNFLOW_TEST_REQUIRE_BACKENDS`` names it (as CI does).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from spawnflow.bootstrap import launcher
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap import settings as settings_module
+from spawnflow.bootstrap.settings import Override, Settings
+
+METHOD_VARIABLE = "SPAWNFLOW__CORE__MP_START_METHOD"
+SERVER_URLS = {
+    "postgres": os.environ.get(
+        "SPAWNFLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    ),
+    "mysql": os.environ.get("SPAWNFLOW_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test"),
+}
+BACKENDS = ("sqlite", "postgres", "mysql")
+
+
+def methods_under_test() -> list[str]:
+    chosen = os.environ.get(METHOD_VARIABLE)
+    return [chosen] if chosen else list(platforms.current().start_methods)
+
+
+def backends_under_test() -> list[str]:
+    chosen = os.environ.get("SPAWNFLOW_TEST_BACKENDS")
+    if not chosen:
+        return list(BACKENDS)
+    names = [name.strip() for name in chosen.split(",") if name.strip()]
+    unknown = set(names) - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(f"SPAWNFLOW_TEST_BACKENDS names unknown backends: {unknown}")
+    return names
+
+
+def required_backends() -> set[str]:
+    return {n.strip() for n in os.environ.get("SPAWNFLOW_TEST_REQUIRE_BACKENDS", "").split(",")}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "start_method" in metafunc.fixturenames:
+        metafunc.parametrize("start_method", methods_under_test())
+    if "db_backend" in metafunc.fixturenames:
+        metafunc.parametrize("db_backend", backends_under_test())
+
+
+# -- isolation ------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """Every test gets its own SPAWNFLOW_HOME, no SPAWNFLOW__ variables, no settings."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPAWNFLOW_HOME", str(home))
+    monkeypatch.delenv("SPAWNFLOW_CONFIG", raising=False)
+    for variable in list(os.environ):
+        if variable.upper().startswith("SPAWNFLOW__"):
+            monkeypatch.delenv(variable)
+    monkeypatch.setattr(settings_module, "_installed", None)
+    yield home
+    leftovers = launcher.children()
+    for child in leftovers:
+        child.stop(grace=5)
+    _dispose_engines()
+    assert not leftovers, f"the test left children running: {leftovers}"
+
+
+def _dispose_engines() -> None:
+    import sys
+
+    orm = sys.modules.get("spawnflow.bootstrap.orm")
+    if orm is not None:
+        orm.dispose_all()
+
+
+@pytest.fixture
+def home(_isolated: Path) -> Path:
+    """This test's SPAWNFLOW_HOME."""
+    return _isolated
+
+
+@pytest.fixture
+def make_settings(home: Path) -> Callable[..., Settings]:
+    """Resolve and install settings for this test: ``make_settings(**{"core.x": "y"})``."""
+
+    def make(**values: object) -> Settings:
+        overrides = [Override(name, str(value), "test") for name, value in values.items()]
+        snapshot = settings_module.resolve(
+            environ={"SPAWNFLOW_HOME": str(home)}, overrides=overrides
+        )
+        settings_module.install(snapshot)
+        return snapshot
+
+    return make
+
+
+# -- databases ------------------------------------------------------------------------
+
+_worker_databases: dict[str, str | Exception] = {}
+
+
+def _server_database(backend: str, worker_id: str) -> str:
+    """The URL of this worker's own database on ``backend``'s server, created once."""
+    if backend not in _worker_databases:
+        admin_url = sa.make_url(SERVER_URLS[backend])
+        name = f"spawnflow_test_{worker_id}"
+        try:
+            admin = sa.create_engine(
+                admin_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
+            )
+            with admin.connect() as connection:
+                if backend == "postgres":
+                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                    connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+                else:
+                    connection.execute(sa.text(f"DROP DATABASE IF EXISTS `{name}`"))
+                    connection.execute(sa.text(f"CREATE DATABASE `{name}`"))
+            admin.dispose()
+            url = admin_url.set(database=name).render_as_string(hide_password=False)
+            _worker_databases[backend] = url
+        except sa.exc.OperationalError as error:
+            _worker_databases[backend] = error
+    found = _worker_databases[backend]
+    if isinstance(found, Exception):
+        reason = f"{backend} server at {SERVER_URLS[backend]} is unavailable: {found.orig}"
+        if backend in required_backends():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+@pytest.fixture
+def database_url(db_backend: str, tmp_path: Path, worker_id: str) -> str:
+    """An empty, migrated database on ``db_backend`` for this test."""
+    if db_backend == "sqlite":
+        return f"sqlite:///{(tmp_path / 'spawnflow.db').as_posix()}"
+    return _server_database(db_backend, worker_id)
+
+
+@pytest.fixture
+def migrated_database(database_url: str, make_settings: Callable[..., Settings]) -> Settings:
+    """Settings pointing at ``database_url``, whose schema was reset to the newest revision."""
+    from spawnflow.models import schema
+
+    snapshot = make_settings(**{"database.url": database_url})
+    schema.reset(database_url)
+    return snapshot

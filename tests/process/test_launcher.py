@@ -1,0 +1,201 @@
+"""The launcher under each start method: boot, settings, logging, failures, the wire."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spawnflow.bootstrap import lifecycle
+from spawnflow.bootstrap.launcher import ChildBootError, ChildSpec, launch
+from spawnflow.bootstrap.wire import ErrorResponse
+from tests.fixtures.messages import Done, Echo, Echoed, Go
+
+pytestmark = pytest.mark.process
+TARGETS = "tests.fixtures.targets"
+
+
+def test_child_reports_ready_with_its_pid_role_and_method(start_method, make_settings):
+    make_settings()
+    with launch(ChildSpec("test-child", f"{TARGETS}:wait_for_go"), method=start_method) as child:
+        ready = child.wait_ready()
+        assert (ready.pid, ready.role, ready.method) == (child.pid, "test-child", start_method)
+        assert child.ready_seconds > 0
+        request_id = child.channel.next_id()
+        child.channel.send(Go(id=request_id))
+        assert child.channel.recv(timeout=60) == Done(id=request_id)
+        assert child.join(timeout=60).exitcode == lifecycle.EXIT_OK
+
+
+def test_child_settings_equal_the_parent_snapshot_after_env_and_file_change(
+    start_method, home, monkeypatch
+):
+    from spawnflow.bootstrap import settings
+
+    home.mkdir(parents=True)
+    config = home / "spawnflow.toml"
+    config.write_text('[core]\nstop_grace_period = 7\n[logging]\nlevel = "WARNING"\n')
+    environ = {"SPAWNFLOW_HOME": str(home), "SPAWNFLOW__DATABASE__CONNECT_TIMEOUT": "3"}
+    snapshot = settings.resolve(environ=environ)
+    settings.install(snapshot)
+    # Everything a child could re-read changes after the parent resolved.
+    config.write_text('[core]\nstop_grace_period = 99\n[logging]\nlevel = "DEBUG"\n')
+    monkeypatch.setenv("SPAWNFLOW__DATABASE__CONNECT_TIMEOUT", "42")
+    monkeypatch.setenv("SPAWNFLOW__LOGGING__LEVEL", "ERROR")
+    assert settings.resolve() != snapshot  # a fresh resolution would differ
+
+    with launch(
+        ChildSpec("test-child", f"{TARGETS}:report_settings"), method=start_method
+    ) as child:
+        child.wait_ready()
+        report = child.channel.recv(timeout=60)
+        assert child.join(timeout=60).exitcode == 0
+
+    assert report.values["plain"] == snapshot.as_plain()
+    assert report.values["plain"]["core"]["stop_grace_period"] == 7.0
+    assert report.values["plain"]["database"]["connect_timeout"] == 3
+    assert report.values["sources"]["database.connect_timeout"] == (
+        "environment variable SPAWNFLOW__DATABASE__CONNECT_TIMEOUT"
+    )
+    assert report.values["sources"]["core.stop_grace_period"] == f"config file {config} line 2"
+
+
+def test_child_configures_logging_for_its_role_and_stdlib_records_join_it(
+    start_method, make_settings
+):
+    snapshot = make_settings()
+    nonce = uuid.uuid4().hex
+    spec = ChildSpec("test-logger", f"{TARGETS}:log_and_report", {"nonce": nonce})
+    with launch(spec, method=start_method) as child:
+        child.wait_ready()
+        report = child.channel.recv(timeout=60)
+        child.join(timeout=60)
+
+    log_file = Path(snapshot.logging.base_log_folder) / "test-logger.log"
+    assert report.values["role"] == "test-logger"
+    assert report.values["log_file"] == str(log_file)
+    # Only the child's own handler: nothing inherited from the parent (pytest's, under fork).
+    assert report.values["handlers"] == ["FileHandler"]
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    mine = [e for e in events if nonce in json.dumps(e)]
+    assert {e["logger"] for e in mine} == {"tests.child", "sqlalchemy.pool.fake"}
+    assert all(e["role"] == "test-logger" and e["pid"] == child.pid for e in mine)
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("tests.fixtures.no_such_module:run", "No module named 'tests.fixtures.no_such_module'"),
+        (f"{TARGETS}:no_such_function", "has no attribute 'no_such_function'"),
+        ("tests.fixtures.broken_import:run", "this module refuses to be imported"),
+    ],
+)
+def test_a_child_whose_target_cannot_be_imported_reports_a_boot_failure(
+    start_method, make_settings, target, expected
+):
+    make_settings()
+    child = launch(ChildSpec("test-child", target), method=start_method)
+    with pytest.raises(ChildBootError) as raised:
+        child.wait_ready()
+    message = str(raised.value)
+    assert message.startswith(f"child process 'test-child' (pid {child.pid}, {start_method})")
+    assert "could not boot (target import)" in message
+    assert expected in message
+    assert "\n" not in message
+    assert child.exit_status.exitcode == lifecycle.EXIT_BOOT_FAILED
+
+
+@pytest.mark.parametrize(
+    ("target", "kwargs", "exitcode", "described"),
+    [
+        ("exit_with", {"code": 5}, 5, "exited with code 5"),
+        ("raise_error", {}, lifecycle.EXIT_TARGET_FAILED, "exited with code 1 (target failed)"),
+    ],
+)
+def test_exit_status_tells_how_the_target_ended(
+    start_method, make_settings, target, kwargs, exitcode, described
+):
+    snapshot = make_settings()
+    with launch(
+        ChildSpec("test-child", f"{TARGETS}:{target}", kwargs), method=start_method
+    ) as child:
+        child.wait_ready()
+        status = child.join(timeout=60)
+    assert (status.exitcode, status.describe()) == (exitcode, described)
+    if target == "raise_error":
+        log = (Path(snapshot.logging.base_log_folder) / "test-child.log").read_text()
+        assert "the target failed on purpose" in log
+        assert "Traceback" in log
+
+
+def test_requests_are_answered_by_id_with_typed_errors(start_method, make_settings):
+    make_settings()
+    with launch(ChildSpec("test-echo", f"{TARGETS}:echo_server"), method=start_method) as child:
+        child.wait_ready()
+        ids = [child.channel.next_id() for _ in range(3)]
+        child.channel.send(Echo(id=ids[0], payload={"a": [1, 2]}))
+        child.channel.send(Go(id=ids[1]))
+        child.channel.send(Echo(id=ids[2], payload="last"))
+        answers = {message.id: message for message in (child.channel.recv(timeout=60) for _ in ids)}
+    assert answers[ids[0]] == Echoed(id=ids[0], payload={"a": [1, 2]})
+    assert answers[ids[1]] == ErrorResponse(id=ids[1], kind="UNKNOWN_REQUEST", message="Go")
+    assert answers[ids[2]] == Echoed(id=ids[2], payload="last")
+
+
+def test_a_launched_child_that_does_not_touch_the_database_never_imports_sqlalchemy(
+    start_method, tmp_path
+):
+    # Run the parent in a clean interpreter: under fork a child inherits its parent's
+    # modules, and this pytest process has imported SQLAlchemy long ago.
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from spawnflow.bootstrap import settings
+        from spawnflow.bootstrap.launcher import ChildSpec, launch
+        import tests.fixtures.messages  # registers the Report message
+        settings.install(settings.resolve())
+        spec = ChildSpec("test-child", "{TARGETS}:report_modules")
+        with launch(spec, method="{start_method}") as child:
+            child.wait_ready()
+            modules = child.channel.recv(timeout=60).values["modules"]
+            child.join(timeout=60)
+        print(json.dumps({{"parent": sorted(sys.modules), "child": modules}}))
+        """
+    )
+    env = {**os.environ, "SPAWNFLOW_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert "spawnflow.bootstrap.launcher" in found["child"]
+    for heavy in ("sqlalchemy", "alembic", "click"):
+        assert heavy not in found["parent"]
+        assert heavy not in found["child"]
+
+
+def test_spec_refuses_live_objects_in_kwargs():
+    import threading
+
+    with pytest.raises(TypeError, match=r"ChildSpec.kwargs\['lock'\] is a _thread.lock"):
+        ChildSpec("test-child", f"{TARGETS}:wait_for_go", {"lock": threading.Lock()})
+    with pytest.raises(TypeError, match=r"kwargs\['nested'\]\['f'\]"):
+        ChildSpec("test-child", f"{TARGETS}:wait_for_go", {"nested": {"f": open}})
+    ChildSpec("test-child", f"{TARGETS}:wait_for_go", {"path": Path("x"), "ids": [1, (2, "3")]})
+
+
+@pytest.mark.parametrize(("role", "target"), [("Bad Role", "a:b"), ("ok", "no-colon")])
+def test_spec_refuses_malformed_role_or_target(role, target):
+    with pytest.raises(ValueError, match="must be"):
+        ChildSpec(role, target)
