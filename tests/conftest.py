@@ -5,7 +5,9 @@
 * ``db_backend`` / ``database_url``: sqlite, postgres and mysql (MariaDB). Server
   backends get one database per pytest-xdist worker. ``SPAWNFLOW_TEST_BACKENDS``
   picks the backends; a server that is down skips its tests locally, and fails
-  them when ``SPAWNFLOW_TEST_REQUIRE_BACKENDS`` names it (as CI does).
+  them when ``SPAWNFLOW_TEST_REQUIRE_BACKENDS`` names it (as CI does). Database
+  names carry the test run's id as well, so that runs in parallel (``tox -p``)
+  never share one; each run drops its databases when it ends.
 """
 
 from __future__ import annotations
@@ -114,25 +116,42 @@ def make_settings(home: Path) -> Callable[..., Settings]:
 _worker_databases: dict[str, str | Exception] = {}
 
 
-def _server_database(backend: str, worker_id: str) -> str:
+def _admin(backend: str, *statements: str) -> None:
+    admin = sa.create_engine(
+        SERVER_URLS[backend], isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
+    )
+    try:
+        with admin.connect() as connection:
+            for statement in statements:
+                connection.execute(sa.text(statement))
+    finally:
+        admin.dispose()
+
+
+def _quoted(backend: str, name: str) -> str:
+    return f'"{name}"' if backend == "postgres" else f"`{name}`"
+
+
+def _drop(backend: str, name: str) -> str:
+    force = " WITH (FORCE)" if backend == "postgres" else ""
+    return f"DROP DATABASE IF EXISTS {_quoted(backend, name)}{force}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_worker_databases() -> Iterator[None]:
+    yield
+    for backend, found in _worker_databases.items():
+        if isinstance(found, str):
+            _admin(backend, _drop(backend, sa.make_url(found).database))
+
+
+def _server_database(backend: str, name: str) -> str:
     """The URL of this worker's own database on ``backend``'s server, created once."""
     if backend not in _worker_databases:
-        admin_url = sa.make_url(SERVER_URLS[backend])
-        name = f"spawnflow_test_{worker_id}"
         try:
-            admin = sa.create_engine(
-                admin_url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 5}
-            )
-            with admin.connect() as connection:
-                if backend == "postgres":
-                    connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-                    connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
-                else:
-                    connection.execute(sa.text(f"DROP DATABASE IF EXISTS `{name}`"))
-                    connection.execute(sa.text(f"CREATE DATABASE `{name}`"))
-            admin.dispose()
-            url = admin_url.set(database=name).render_as_string(hide_password=False)
-            _worker_databases[backend] = url
+            _admin(backend, _drop(backend, name), f"CREATE DATABASE {_quoted(backend, name)}")
+            url = sa.make_url(SERVER_URLS[backend]).set(database=name)
+            _worker_databases[backend] = url.render_as_string(hide_password=False)
         except sa.exc.OperationalError as error:
             _worker_databases[backend] = error
     found = _worker_databases[backend]
@@ -145,11 +164,11 @@ def _server_database(backend: str, worker_id: str) -> str:
 
 
 @pytest.fixture
-def database_url(db_backend: str, tmp_path: Path, worker_id: str) -> str:
-    """An empty, migrated database on ``db_backend`` for this test."""
+def database_url(db_backend: str, tmp_path: Path, worker_id: str, testrun_uid: str) -> str:
+    """The URL of a database on ``db_backend`` that no other test run or worker uses."""
     if db_backend == "sqlite":
         return f"sqlite:///{(tmp_path / 'spawnflow.db').as_posix()}"
-    return _server_database(db_backend, worker_id)
+    return _server_database(db_backend, f"spawnflow_test_{testrun_uid[:10]}_{worker_id}")
 
 
 @pytest.fixture
