@@ -24,11 +24,11 @@ def tests(session: nox.Session, method: str) -> None:
 
 
 @nox.session(python=PYTHONS)
-@nox.parametrize("backend", ["postgres", "mysql"])
+@nox.parametrize("server", ["postgres", "mariadb"])
 @nox.parametrize("method", METHODS)
-def databases(session: nox.Session, method: str, backend: str) -> None:
+def databases(session: nox.Session, method: str, server: str) -> None:
     """Every test under one start method against one database server only."""
-    _pytest(session, method, backend)
+    _pytest(session, method, {"postgres": "postgres", "mariadb": "mysql"}[server])
 
 
 @nox.session(python=False)

@@ -321,11 +321,18 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         name=f"spawnflow-{spec.role}",
         daemon=False,
     )
-    process.start()
-    # The child holds its own copies now; closing ours lets us see EOF when it dies.
-    child_end.close()
-    if control_child is not None:
-        control_child.close()
+    try:
+        process.start()
+    finally:
+        # The child holds its own copies now (or never started): closing ours lets
+        # us see EOF when it dies.
+        child_end.close()
+        if control_child is not None:
+            control_child.close()
+        if process.pid is None:
+            parent_end.close()
+            if control_parent is not None:
+                control_parent.close()
     child = Child(process, spec, method, wire.Channel(parent_end), control_parent)
     child._launched_at = started
     _children[child.pid] = child
