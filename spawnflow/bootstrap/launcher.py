@@ -35,8 +35,26 @@ import msgspec
 from spawnflow.bootstrap import lifecycle, logs, startmethods, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
-from spawnflow.bootstrap.errors import UserError
+from spawnflow.bootstrap.child import (
+    Child,
+    ChildBootError,
+    ExitStatus,
+    children,
+    register,
+    stop_children,
+)
 from spawnflow.bootstrap.settings import Settings
+
+__all__ = [
+    "Child",
+    "ChildBootError",
+    "ChildSpec",
+    "ExitStatus",
+    "children",
+    "import_target",
+    "launch",
+    "stop_children",
+]
 
 _ROLE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -44,10 +62,6 @@ _PLAIN_SCALARS = (
     type(None), bool, int, float, str, bytes, PurePath, dt.date, dt.time, dt.timedelta,
     enum.Enum, msgspec.Struct,
 )  # fmt: skip
-
-
-class ChildBootError(UserError, RuntimeError):
-    """A child exited, or never reported, before it was ready; the message is one sentence."""
 
 
 class ChildSpec(msgspec.Struct, frozen=True):
@@ -103,185 +117,6 @@ def _require_plain(value: Any, where: str) -> None:
     )
 
 
-class ExitStatus(msgspec.Struct, frozen=True):
-    """How a child ended: its exit code, or the signal that killed it."""
-
-    exitcode: int | None
-    signal: str | None = None
-    #: The child had to be killed because it outlived its warm stop's grace period.
-    cold: bool = False
-
-    def describe(self, meaning: bool = True) -> str:
-        """``killed by SIGKILL``, ``exited with code 3 (boot failed)``, ...
-
-        ``meaning=False`` leaves out what spawnflow's exit codes mean, for a child
-        that ended before spawnflow's entry point ran (the codes were not ours).
-        """
-        if self.signal is not None:
-            return f"killed by {self.signal}"
-        said = lifecycle.EXIT_MEANINGS.get(self.exitcode) if meaning else None
-        return f"exited with code {self.exitcode}" + (f" ({said})" if said else "")
-
-
-class Child:
-    """A launched child: its pid, sentinel and channel, and how to stop it."""
-
-    def __init__(self, process, spec: ChildSpec, method: str, channel: wire.Channel, control):
-        self._process = process
-        self.spec = spec
-        self.role = spec.role
-        self.method = method
-        self.pid: int = process.pid
-        #: Becomes ready (for ``multiprocess.connection.wait``) when the child exits.
-        self.sentinel = process.sentinel
-        #: The parent's end of the wire-protocol connection.
-        self.channel = channel
-        self._control = control
-        self._platform = platforms.current()
-        self._launched_at = time.perf_counter()
-        self._status: ExitStatus | None = None
-        self.ready: wire.Ready | None = None
-        #: Seconds from :func:`launch` until the child reported ready.
-        self.ready_seconds: float | None = None
-
-    def __repr__(self) -> str:
-        return f"<Child {self.role} pid={self.pid} method={self.method}>"
-
-    def __enter__(self) -> Child:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def describe(self) -> str:
-        return f"child process {self.role!r} (pid {self.pid}, {self.method})"
-
-    def wait_ready(self, timeout: float = 60.0) -> wire.Ready:
-        """Wait for the child's Ready; ChildBootError if it failed or exited first."""
-        if self.ready is not None:
-            return self.ready
-        from multiprocess.connection import wait
-
-        connection = self.channel.connection
-        if not wait([connection, self.sentinel], timeout):
-            raise ChildBootError(f"{self.describe()} did not report ready within {timeout:g} s.")
-        message = None
-        if connection.poll():
-            try:
-                message = self.channel.recv()
-            except (EOFError, OSError):
-                message = None
-        if isinstance(message, wire.Ready):
-            self.ready, self.ready_seconds = message, time.perf_counter() - self._launched_at
-            return message
-        status = self.join(timeout=30)
-        if isinstance(message, wire.BootFailed):
-            raise ChildBootError(
-                f"{self.describe()} could not boot ({message.stage}): {message.message}."
-            )
-        ended = status.describe(meaning=False) if status else "closed its connection"
-        raise ChildBootError(
-            f"{self.describe()} {ended} before it was ready; its stderr may say why."
-        )
-
-    def is_alive(self) -> bool:
-        return self._status is None and not self._has_exited()
-
-    def _has_exited(self, timeout: float = 0.0) -> bool:
-        """Whether the child exited, waiting up to ``timeout``, without reaping it.
-
-        The sentinel fires when every copy of the child's end of its pipe is closed;
-        a fork grandchild inherits a copy, so the sentinel alone can stay silent
-        after the child exited. An exited child that is not reaped yet is a zombie,
-        which the OS reports too. Not reaping matters: until we do, the child's pid,
-        which is also its process group's id, cannot be reused (see :meth:`_reap`).
-        """
-        from multiprocess.connection import wait
-
-        deadline = time.monotonic() + timeout
-        while True:
-            if wait([self.sentinel], min(max(deadline - time.monotonic(), 0), 0.25)):
-                return True
-            if self._platform.has_exited(self.pid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-
-    @property
-    def exit_status(self) -> ExitStatus | None:
-        """How the child ended, once it has been reaped (by :meth:`join` or :meth:`stop`)."""
-        return self._status
-
-    def join(self, timeout: float | None = None) -> ExitStatus | None:
-        """Wait for the child to exit; its ExitStatus, or None if it is still running.
-
-        Whatever the child left behind in its process group (a background job of a
-        shell command, say) is killed before the child is reaped.
-        """
-        if self._status is None:
-            if not self._has_exited(timeout if timeout is not None else float("inf")):
-                return None
-            self._reap()
-        return self._status
-
-    def stop(self, grace: float | None = None) -> ExitStatus:
-        """Stop the child's whole tree: warm, then cold after ``grace`` seconds (law 7).
-
-        A warm stop is SIGTERM to the child's process group (the control pipe where
-        there are no signals). Descendants are recorded while waiting, because a
-        grandchild that outlives its parent is re-parented and no longer findable
-        from the child; whatever of the tree is alive when the child exits or the
-        grace period ends is killed.
-        """
-        if self._status is not None:
-            return self._status
-        if grace is None:
-            grace = (self.spec.settings or settings_module.current()).core.stop_grace_period
-        tree = self._platform.snapshot_tree(self.pid)
-        cold = False
-        if not self._has_exited():
-            self._platform.request_warm_stop(self.pid, self._control)
-            deadline = time.monotonic() + grace
-            exited = False
-            while not exited and (remaining := deadline - time.monotonic()) > 0:
-                exited = self._has_exited(min(remaining, 0.25))
-                if not exited:
-                    tree = _merge(tree, self._platform.snapshot_tree(self.pid))
-            cold = not exited
-        self._platform.kill_tree(tree)
-        self._reap(cold=cold)
-        return self._status
-
-    def _reap(self, cold: bool = False) -> None:
-        # The child has exited but is not reaped, so no other process can hold its
-        # pid yet; killing that process group now reaches only what the child left.
-        # (A forkserver child is reaped by the forkserver at once; its pid could in
-        # principle be reused in between, which needs the pid space to wrap around
-        # within these few milliseconds.)
-        self._platform.kill_group(self.pid)
-        self._process.join(timeout=30)
-        exitcode = self._process.exitcode
-        self._status = ExitStatus(exitcode, self._platform.signal_name(exitcode), cold)
-        _children.pop(self.pid, None)
-        for connection in (self.channel, self._control):
-            if connection is not None:
-                connection.close()
-        self._process.close()
-
-
-def _merge(known: list, fresh: list) -> list:
-    pids = {p.pid for p in known}
-    return known + [p for p in fresh if p.pid not in pids]
-
-
-# -- launching ------------------------------------------------------------------------
-
-#: Children this process launched and has not reaped, by pid.
-_children: dict[int, Child] = {}
-# A fork child inherits the dict but not the children: they are its siblings.
-os.register_at_fork(after_in_child=_children.clear)
-
-
 def launch(spec: ChildSpec, *, method: str | None = None, component: str | None = None) -> Child:
     """Start the child that ``spec`` describes and return at once.
 
@@ -307,9 +142,13 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     _stop_children_at_exit()
     parent_end, child_end = ctx.Pipe(duplex=True)
     control_parent = control_child = None
-    if not platforms.current().stop_by_signal:
+    platform = platforms.current()
+    if platform.control_pipe:
         control_child, control_parent = ctx.Pipe(duplex=False)
     pickled = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    # A fork child inherits our ends of its own pipes too; it must close them, or it
+    # would never see EOF when we die. Other methods pass only the child's ends.
+    ours = (parent_end, control_parent) if method == "fork" else ()
     process = ctx.Process(
         target=_child_entry,
         args=(
@@ -317,12 +156,15 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
             method,
             child_end,
             control_child,
+            os.getpid(),
+            ours,
         ),
         name=f"spawnflow-{spec.role}",
         daemon=False,
     )
     try:
         process.start()
+        platform.adopt_into_own_group(process.pid)
     finally:
         # The child holds its own copies now (or never started): closing ours lets
         # us see EOF when it dies.
@@ -333,9 +175,8 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
             parent_end.close()
             if control_parent is not None:
                 control_parent.close()
-    child = Child(process, spec, method, wire.Channel(parent_end), control_parent)
-    child._launched_at = started
-    _children[child.pid] = child
+    child = Child(process, spec, method, wire.Channel(parent_end), control_parent, started)
+    register(child)
     return child
 
 
@@ -365,17 +206,6 @@ def _stop_children_at_exit() -> None:
         _atexit_registered = True
 
 
-def children() -> list[Child]:
-    """The children this process launched and has not reaped yet."""
-    return list(_children.values())
-
-
-def stop_children(grace: float | None = None) -> None:
-    """Stop every child this process launched that is still running."""
-    for child in children():
-        child.stop(grace)
-
-
 def import_target(reference: str) -> Callable[..., Any]:
     """The callable named by ``"module:attribute"``; ImportError saying what failed."""
     module_name, _, attribute = reference.partition(":")
@@ -399,9 +229,36 @@ def import_target(reference: str) -> Callable[..., Any]:
 # -- in the child ---------------------------------------------------------------------
 
 
-def _child_entry(spec: ChildSpec | bytes, method: str, connection: Any, control: Any) -> None:
+#: This child's own connections to its parent; a fork grandchild must not keep them.
+_upward: list[Any] = []
+
+
+def _close_upward_after_fork() -> None:
+    for connection in _upward:
+        try:
+            connection.close()
+        except OSError:
+            pass
+    _upward.clear()
+
+
+os.register_at_fork(after_in_child=_close_upward_after_fork)
+
+
+def _child_entry(
+    spec: ChildSpec | bytes,
+    method: str,
+    connection: Any,
+    control: Any,
+    parent_pid: int,
+    parents_ends: tuple = (),
+) -> None:
     """Where every child starts, under every start method."""
     started = time.perf_counter()
+    for end in parents_ends:
+        if end is not None:
+            end.close()
+    _upward.extend(c for c in (connection, control) if c is not None)
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"
     try:
@@ -419,8 +276,13 @@ def _child_entry(spec: ChildSpec | bytes, method: str, connection: Any, control:
             create_folder=False,  # the launcher made it: a fork child pays for every syscall
         )
         stage = "process group"
-        platforms.current().enter_own_process_group()
-        lifecycle.install(control)
+        platform = platforms.current()
+        platform.enter_own_process_group()
+        lifecycle.install(
+            control, platform.interrupt_main_thread, spec.settings.core.stop_grace_period
+        )
+        if not platform.stop_when_parent_dies(parent_pid):
+            raise lifecycle.WarmStop()  # the parent died while we booted
         stage = "target import"
         target = import_target(spec.target)
     except lifecycle.WarmStop:
@@ -442,8 +304,9 @@ def _child_entry(spec: ChildSpec | bytes, method: str, connection: Any, control:
         log.exception("target failed", target=spec.target)
         sys.exit(lifecycle.EXIT_TARGET_FAILED)
     finally:
-        # No orphan survives its supervisor (law 7), however the target ended.
+        # No orphan survives its supervisor (law 7), however the target ended. A
+        # second stop request meanwhile makes this stop cold instead of unwinding it.
         try:
             stop_children()
-        except Exception:
+        except BaseException:
             log.exception("stopping children failed")

@@ -139,6 +139,9 @@ def configure(
         root.addHandler(handler)
         levels.append(logging.getLevelName(console_level or level))
     root.setLevel(min(levels) if levels else logging.WARNING)
+    if "structlog" in sys.modules:
+        # Context bound in a fork parent (a run id, say) is not this process's.
+        sys.modules["structlog"].contextvars.clear_contextvars()
     if "structlog" in sys.modules and not _structlog_configured:
         # Already imported (by a library, or the parent before a fork): configure it
         # now, so that nothing logs through structlog's defaults. Its configuration

@@ -9,11 +9,11 @@ That alone does not stop code from using a connection it already held: a Session
 or Connection object created before the fork still points at the parent's
 connection. Every engine made here therefore stamps each connection with the pid
 that opened it and refuses, with :class:`ForeignConnectionError`, to execute,
-begin, commit, roll back, check out or reset a connection another process opened.
-Before raising, the guard detaches the connection from SQLAlchemy so that no
-clean-up path (invalidation, reset on return) closes it or sends it a ROLLBACK:
-some drivers say goodbye to the server when closed (PyMySQL sends COM_QUIT),
-which would end the parent's session.
+begin, commit, roll back, check out, reset, invalidate, detach or close a
+connection another process opened. Before raising, the guard takes the driver
+connection away from SQLAlchemy, so that no clean-up path closes it or sends it a
+ROLLBACK: drivers say goodbye to the server when closed (PyMySQL sends COM_QUIT,
+psycopg terminates the session), which would end the parent's session.
 
 Processes that run user code never import this module.
 """
@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.errors import UserError
+from spawnflow.bootstrap.settings_table import hide_password
 
 _PID_KEY = "spawnflow.pid"
 
@@ -40,6 +41,8 @@ _DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pym
 _EXTRAS = {"psycopg": "postgres", "pymysql": "mysql"}
 
 _engines: dict[tuple[int, str], Engine] = {}
+#: Owner pids of detached driver connections, which no longer have a pool record.
+_detached_owners: dict[int, int] = {}
 _sessionmakers: dict[tuple[int, str], sessionmaker[Session]] = {}
 #: What a fork child inherited and must neither use nor close: kept referenced so
 #: that garbage collection cannot finalize (close) the parent's connections.
@@ -66,8 +69,8 @@ def masked(url: str | URL) -> str:
     """The URL as a string with its password hidden."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except exc.ArgumentError:
-        return "<unparseable URL>"
+    except (exc.ArgumentError, ValueError):
+        return hide_password(str(url))
 
 
 def engine(url: str | None = None) -> Engine:
@@ -113,16 +116,44 @@ def engines_of_other_processes() -> int:
     return sum(1 for key in _engines if key[0] != pid)
 
 
-def check_reachable(url: str | None = None) -> None:
-    """Connect once; DatabaseUnavailable with the reason if that fails."""
+def check_reachable(url: str | None = None, *, create: bool = False) -> None:
+    """Connect once; DatabaseUnavailable with the reason if that fails.
+
+    A SQLite file that does not exist is created (with its folder) only if
+    ``create``; otherwise it is reported, rather than left behind empty.
+    """
+    url = url or _configured_url()
+    database = _sqlite_file(url)
+    if database is not None and not database.exists():
+        if not create:
+            raise DatabaseUnavailable(
+                f"the SQLite database file {database} does not exist; "
+                "run `spawnflow db migrate` to create it"
+            )
+        database.parent.mkdir(parents=True, exist_ok=True)
     try:
         with engine(url).connect() as connection:
             connection.execute(text("SELECT 1"))
-    except exc.OperationalError as error:
+    except exc.DBAPIError as error:
         raise DatabaseUnavailable(
-            f"cannot connect to the database {masked(url or _configured_url())}: "
-            f"{_first_line(error.orig)}"
+            f"cannot connect to the database {masked(url)}: {_first_line(error.orig)}"
         ) from None
+    except (exc.ArgumentError, TypeError, ValueError) as error:
+        raise DatabaseUnavailable(
+            f"the database URL {masked(url)} is not usable: {_first_line(error)}"
+        ) from None
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL, or None for other databases and in-memory SQLite."""
+    try:
+        parsed = make_url(url)
+    except exc.ArgumentError:
+        return None
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    return None if database.startswith("file:") else Path(database)
 
 
 def _configured_url() -> str:
@@ -135,12 +166,14 @@ def _first_line(error: BaseException | None) -> str:
 
 
 def _create_engine(url: str, snapshot: settings_module.Settings) -> Engine:
-    parsed = normalize_url(url)
+    try:
+        parsed = normalize_url(url)
+    except (exc.ArgumentError, ValueError) as error:
+        raise DatabaseUnavailable(
+            f"the database URL {masked(url)} is not usable: {_first_line(error)}"
+        ) from None
     options: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
-        database = parsed.database
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
         options["connect_args"] = {"timeout": snapshot.database.sqlite_busy_timeout}
     else:
         options["pool_pre_ping"] = True
@@ -177,12 +210,22 @@ def _sqlite_pragmas(busy_timeout: float):
 # -- the guard ------------------------------------------------------------------------
 
 
+_CONNECTION_EVENTS = (
+    "before_cursor_execute", "begin", "commit", "rollback", "savepoint", "rollback_savepoint",
+    "release_savepoint", "begin_twophase", "prepare_twophase", "rollback_twophase",
+    "commit_twophase",
+)  # fmt: skip
+
+
 def _install_guards(target: Engine) -> None:
     event.listen(target, "connect", _stamp)
     event.listen(target, "checkout", _refuse_foreign_checkout)
     event.listen(target, "reset", _refuse_foreign_reset)
-    for name in ("before_cursor_execute", "begin", "commit", "rollback",
-                 "savepoint", "rollback_savepoint", "release_savepoint"):  # fmt: skip
+    event.listen(target, "invalidate", _refuse_foreign_invalidate)
+    event.listen(target, "close", _refuse_foreign_pooled)
+    event.listen(target, "detach", _refuse_foreign_pooled)
+    event.listen(target, "close_detached", _refuse_foreign_detached)
+    for name in _CONNECTION_EVENTS:
         event.listen(target, name, _refuse_foreign_use)
 
 
@@ -190,12 +233,13 @@ def _stamp(dbapi_connection: Any, record: Any) -> None:
     record.info[_PID_KEY] = os.getpid()
 
 
-def _refuse(record: Any) -> None:
-    owner = record.info.get(_PID_KEY)
+def _refuse(owner: int | None, dbapi_connection: Any, record: Any = None) -> None:
+    """Raise ForeignConnectionError if ``owner`` is another process, keeping its connection."""
     if owner is None or owner == os.getpid():
         return
-    if record.dbapi_connection is not None:
-        _inherited.append(record.dbapi_connection)
+    if dbapi_connection is not None:
+        _inherited.append(dbapi_connection)
+    if record is not None:
         record.dbapi_connection = None
     raise ForeignConnectionError(
         f"process {os.getpid()} tried to use a database connection that process {owner} "
@@ -203,21 +247,47 @@ def _refuse(record: Any) -> None:
     )
 
 
+def _owner(dbapi_connection: Any, record: Any) -> int | None:
+    if record is not None:
+        return record.info.get(_PID_KEY)
+    return _detached_owners.get(id(dbapi_connection))
+
+
 def _refuse_foreign_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-    _refuse(record)
+    _refuse(_owner(dbapi_connection, record), record.dbapi_connection, record)
 
 
-def _refuse_foreign_reset(dbapi_connection: Any, record: Any, state: Any) -> None:
-    _refuse(record)
+def _refuse_foreign_reset(dbapi_connection: Any, record: Any, reset_state: Any) -> None:
+    _refuse_foreign_pooled(dbapi_connection, record)
+
+
+def _refuse_foreign_invalidate(dbapi_connection: Any, record: Any, exception: Any) -> None:
+    _refuse_foreign_pooled(dbapi_connection, record)
+
+
+def _refuse_foreign_pooled(dbapi_connection: Any, record: Any) -> None:
+    """reset, invalidate, close and detach: before the pool touches the driver connection."""
+    owner = _owner(dbapi_connection, record)
+    _refuse(owner, dbapi_connection, record)
+    if record is not None and dbapi_connection is not None and record.dbapi_connection is None:
+        # A detach: from now on only the driver connection itself says who owns it.
+        _detached_owners[id(dbapi_connection)] = owner
+
+
+def _refuse_foreign_detached(dbapi_connection: Any) -> None:
+    _refuse(_detached_owners.get(id(dbapi_connection)), dbapi_connection)
+    _detached_owners.pop(id(dbapi_connection), None)
 
 
 def _refuse_foreign_use(connection: Any, *args: Any) -> None:
     # The pooled connection this Connection holds. The public ``.connection``
     # property would re-open an invalidated one, which is exactly what not to do here.
     fairy = getattr(connection, "_dbapi_connection", None)
+    if fairy is None:
+        return
     record = getattr(fairy, "_connection_record", None)
-    if record is not None:
-        _refuse(record)
+    dbapi_connection = getattr(fairy, "dbapi_connection", None)
+    _refuse(_owner(dbapi_connection, record), dbapi_connection, record)
 
 
 def _after_fork_in_child() -> None:

@@ -4,8 +4,11 @@ This is the only module in spawnflow that branches on the operating system. Each
 OS is described by a :class:`Platform` object; the process-handling code asks the
 object instead of testing ``sys.platform`` itself, so a test can hand it the
 Windows or macOS description and drive those code paths on Linux wherever the
-underlying calls exist here (the psutil tree walk, the control-pipe warm stop).
+underlying calls exist here (the psutil tree walk, the control-pipe warm stop and
+parent watch).
 
+Processes are handled through psutil handles, which remember when the process
+started: acting on a handle never reaches an unrelated process that reused the pid.
 psutil is imported lazily: a child that never stops anything should not pay for it.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -35,8 +39,16 @@ class Platform(msgspec.Struct, frozen=True):
     #: POSIX process groups (``setpgid``/``killpg``).
     process_groups: bool
     #: A warm stop is SIGTERM. Where it is not (Windows: there is no SIGTERM
-    #: between processes), the launcher gives each child a control pipe instead.
+    #: between processes), it travels on the child's control pipe.
     stop_by_signal: bool
+    #: The kernel signals a child when its parent dies (Linux's PR_SET_PDEATHSIG).
+    #: Elsewhere the child watches its control pipe for the EOF of its parent's death.
+    parent_death_signal: bool
+
+    @property
+    def control_pipe(self) -> bool:
+        """Whether children need a control pipe (for warm stops or to see the parent die)."""
+        return not (self.stop_by_signal and self.parent_death_signal)
 
     # -- in the child -------------------------------------------------------------
 
@@ -57,10 +69,56 @@ class Platform(msgspec.Struct, frozen=True):
             # A session leader cannot change its group; it already leads one.
             pass
 
+    def stop_when_parent_dies(self, parent_pid: int) -> bool:
+        """Ask the kernel for SIGTERM when our parent dies; False where it cannot.
+
+        Returns False as well if the parent is already gone (it died before we asked).
+        """
+        if not self.parent_death_signal:
+            return True
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        # The parent may have died between our fork and the prctl call: then no
+        # signal will ever come, so look for ourselves.
+        return _pid_alive(parent_pid)
+
+    def interrupt_main_thread(self) -> None:
+        """From another thread, run the main thread's SIGINT handler as soon as possible.
+
+        POSIX: a real SIGINT sent to the main thread, which also breaks a blocking
+        call. Windows: ``raise()`` runs the C-level handler in this thread, which
+        flags the signal and sets the event that ``time.sleep`` and other waits of
+        the main thread also wait on.
+        """
+        if hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        else:
+            signal.raise_signal(signal.SIGINT)
+
     # -- in the parent ------------------------------------------------------------
 
-    def request_warm_stop(self, pid: int, control=None) -> None:
-        """Ask process ``pid`` to stop after finishing its work."""
+    def adopt_into_own_group(self, pid: int) -> None:
+        """Put a child we just forked in its own group from our side too.
+
+        The child does the same first thing; doing it here as well closes the window
+        in which a terminal's Ctrl-C would still reach a booting child. Only a fork
+        child can be moved: a spawned one has exec'd (EACCES), a forkserver one is
+        not our child (ESRCH); then the window stays, until the child's own call.
+        """
+        if not self.process_groups:
+            return
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+
+    def request_warm_stop(self, handle: psutil.Process, control=None) -> None:
+        """Ask the process behind ``handle`` to stop after finishing its work."""
+        import psutil
+
         if not self.stop_by_signal:
             if control is not None:
                 try:
@@ -68,28 +126,27 @@ class Platform(msgspec.Struct, frozen=True):
                 except (OSError, ValueError):
                     pass  # the child is gone or its pipe closed: nothing to ask
             return
+        if not _running(handle):
+            return
         try:
             # Signal the whole group only when the child leads its own: before the
             # child's first instruction it still shares ours, and killpg(ours) would
             # stop the parent too.
-            if self.process_groups and _group_of(pid) == pid:
-                os.killpg(pid, signal.SIGTERM)
+            if self.process_groups and _group_of(handle.pid) == handle.pid:
+                os.killpg(handle.pid, signal.SIGTERM)
             else:
-                os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
+                handle.send_signal(signal.SIGTERM)
+        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
             pass
 
-    def snapshot_tree(self, pid: int) -> list[psutil.Process]:
-        """The process ``pid`` and all its live descendants, as psutil handles.
-
-        psutil handles remember each process's creation time, so acting on one later
-        never reaches an unrelated process that reused the pid.
-        """
+    def snapshot_tree(self, handle: psutil.Process | None) -> list[psutil.Process]:
+        """The process behind ``handle`` and its live descendants, or [] once it exited."""
         import psutil
 
+        if handle is None or not _running(handle):
+            return []
         try:
-            root = psutil.Process(pid)
-            return [root, *root.children(recursive=True)]
+            return [handle, *handle.children(recursive=True)]
         except psutil.Error:
             return []
 
@@ -102,7 +159,7 @@ class Platform(msgspec.Struct, frozen=True):
             alive = self._freeze_and_widen(alive)
             own_group = os.getpgrp()
             for group in {_group_of(p.pid) for p in alive} - {own_group, None}:
-                # Only groups led by a process of this tree: never a stranger's group.
+                # Only groups led by a live process of this tree: never a stranger's.
                 if any(p.pid == group for p in alive):
                     try:
                         os.killpg(group, signal.SIGKILL)
@@ -137,29 +194,44 @@ class Platform(msgspec.Struct, frozen=True):
                 pass
         return [p for p in seen.values() if _running(p)]
 
-    def kill_group(self, pgid: int) -> None:
-        """Kill what is left in process group ``pgid`` (POSIX; nothing on Windows).
+    def kill_group(self, pgid: int, leader: psutil.Process | None) -> None:
+        """Kill what is left in process group ``pgid``, which ``leader`` led.
 
-        Call it only while the group's leader is an unreaped child of ours: then
-        the id cannot belong to anyone else.
+        Linux and macOS do not reuse a pid while a process group of that id still
+        has members, so a group of leftovers is still ours. The one unsafe case is a
+        group with no members left whose id a new process took and made a group of
+        its own: a live process with that pid that is not ``leader`` means exactly
+        that, and we leave it alone.
         """
+        import psutil
+
         if not self.process_groups or pgid == os.getpgrp():
+            return
+        try:
+            holder = psutil.Process(pgid)
+            if leader is None or holder.create_time() != leader.create_time():
+                return
+        except psutil.NoSuchProcess:
+            pass
+        except psutil.Error:
             return
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def has_exited(self, pid: int) -> bool:
-        """Whether ``pid`` is gone or a zombie (exited, waiting to be reaped)."""
+    def handle(self, pid: int) -> psutil.Process | None:
+        """A psutil handle on ``pid``, or None if it already exited."""
         import psutil
 
         try:
-            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            return psutil.Process(pid)
         except psutil.NoSuchProcess:
-            return True
-        except psutil.Error:
-            return False
+            return None
+
+    def has_exited(self, handle: psutil.Process | None) -> bool:
+        """Whether the process behind ``handle`` is gone or a zombie (exited, not reaped)."""
+        return handle is None or not _running(handle)
 
     # -- facts --------------------------------------------------------------------
 
@@ -217,6 +289,16 @@ def _running(proc: psutil.Process) -> bool:
         return False
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 LINUX = Platform(
     name="linux",
     display_name="Linux",
@@ -224,6 +306,7 @@ LINUX = Platform(
     default_start_method="forkserver",
     process_groups=True,
     stop_by_signal=True,
+    parent_death_signal=True,
 )
 MACOS = Platform(
     name="darwin",
@@ -234,6 +317,7 @@ MACOS = Platform(
     default_start_method="spawn",
     process_groups=True,
     stop_by_signal=True,
+    parent_death_signal=False,
 )
 WINDOWS = Platform(
     name="windows",
@@ -242,6 +326,7 @@ WINDOWS = Platform(
     default_start_method="spawn",
     process_groups=False,
     stop_by_signal=False,
+    parent_death_signal=False,
 )
 
 

@@ -182,7 +182,7 @@ def _convert(option: table.Option, value: Any, source: Source, context: table.Co
     except table.InvalidValue as invalid:
         reason = f" ({invalid.reason})" if invalid.reason else ""
         raise SettingsError(
-            f"[{option.section}] {option.key} is {value!r} from {source}{reason}, "
+            f"[{option.section}] {option.key} is {option.kind.show(value)} from {source}{reason}, "
             f"but it must be {invalid.allowed}."
         ) from None
 

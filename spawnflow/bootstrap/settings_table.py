@@ -43,6 +43,8 @@ class Kind(msgspec.Struct, frozen=True):
     name: str
     allowed: str
     parse: Callable[[Any, Context], Any]
+    #: How a value is shown in messages (a URL hides its password).
+    show: Callable[[Any], str] = repr
 
     def convert(self, raw: Any, context: Context) -> Any:
         return self.parse(raw, context)
@@ -66,8 +68,8 @@ def _integer(minimum: int) -> Kind:
     return Kind("integer", allowed, parse)
 
 
-def _seconds(minimum: float) -> Kind:
-    allowed = f"a number of seconds of at least {minimum:g}"
+def _seconds(minimum: float, maximum: float = 7 * 24 * 3600) -> Kind:
+    allowed = f"a number of seconds from {minimum:g} to {maximum:g}"
 
     def parse(raw: Any, _: Context) -> float:
         if isinstance(raw, bool):
@@ -77,7 +79,8 @@ def _seconds(minimum: float) -> Kind:
                 raw = float(raw.strip())
             except ValueError:
                 raise InvalidValue(allowed) from None
-        if not isinstance(raw, int | float) or raw < minimum or raw != raw:
+        # NaN and infinity fail the range check too: a stop must always end.
+        if not isinstance(raw, int | float) or not minimum <= raw <= maximum:
             raise InvalidValue(allowed)
         return float(raw)
 
@@ -148,15 +151,29 @@ def _start_method(optional: bool) -> Kind:
 _URL = re.compile(r"^(sqlite|postgresql|mysql|mariadb)(\+\w+)?://", re.IGNORECASE)
 
 
+def hide_password(url: Any) -> str:
+    """``url`` as text with the password of its user part replaced by ``***``."""
+    return re.sub(r"^([^:/]+://[^:/@]*:)[^@/]*@", r"\1***@", str(url))
+
+
 def _parse_database_url(raw: Any, _: Context) -> str:
+    from urllib.parse import urlsplit
+
     allowed = "a database URL starting sqlite://, postgresql://, mysql:// or mariadb://"
     if not isinstance(raw, str) or not _URL.match(raw.strip()):
         raise InvalidValue(allowed)
+    try:
+        urlsplit(raw.strip()).port  # noqa: B018 - reading the port is the check
+    except ValueError:
+        raise InvalidValue(allowed, reason="its port is not a number") from None
     return raw.strip()
 
 
 DATABASE_URL = Kind(
-    "database URL", "a sqlite, postgresql, mysql or mariadb URL", _parse_database_url
+    "database URL",
+    "a sqlite, postgresql, mysql or mariadb URL",
+    _parse_database_url,
+    show=lambda value: repr(hide_password(value)),
 )
 
 

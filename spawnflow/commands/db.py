@@ -19,14 +19,11 @@ def migrate_command(state: State) -> None:
     from spawnflow.models import schema
 
     state.settings()
-    before = schema.status()
-    after = schema.migrate()
-    if before.current == after.current:
+    before, after = schema.migrate()
+    if before == after.current:
         click.echo(f"Nothing to do: {after.describe()}.")
     else:
-        click.echo(
-            f"Migrated from {before.current or 'empty'} to {after.current}: {after.describe()}."
-        )
+        click.echo(f"Migrated from {before or 'empty'} to {after.current}: {after.describe()}.")
 
 
 @db_group.command("check", short_help="Exit non-zero unless the schema is current.")

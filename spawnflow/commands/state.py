@@ -31,7 +31,13 @@ class State:
                 raise click.BadParameter(
                     f"{assignment!r} is not SECTION.KEY=VALUE", param_hint="--set"
                 )
-            overrides.append(Override(name.strip(), value, f"--set {name.strip()}"))
+            name = name.strip()
+            twice = next((o for o in overrides if o.name == name), None)
+            if twice is not None:
+                raise click.UsageError(
+                    f"{name} is set twice on the command line ({twice.option} and --set {name})."
+                )
+            overrides.append(Override(name, value, f"--set {name}"))
         return cls(overrides)
 
     def settings(self) -> Settings:

@@ -62,6 +62,10 @@ def head() -> str:
 def status(url: str | None = None) -> SchemaStatus:
     """The schema status of the database at ``url`` (default: ``[database] url``)."""
     orm.check_reachable(url)
+    return _status(url)
+
+
+def _status(url: str | None) -> SchemaStatus:
     bound = orm.engine(url)
     with bound.connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
@@ -76,20 +80,24 @@ def require_current(url: str | None = None) -> SchemaStatus:
     return found
 
 
-def migrate(url: str | None = None) -> SchemaStatus:
-    """Upgrade the database to the newest revision; a no-op when it is there already."""
-    orm.check_reachable(url)
+def migrate(url: str | None = None) -> tuple[str | None, SchemaStatus]:
+    """Upgrade the database to the newest revision (creating a SQLite file if needed).
+
+    Returns the revision it was at before, and its status now.
+    """
+    orm.check_reachable(url, create=True)
+    before = _status(url).current
     with orm.engine(url).begin() as connection:
         command.upgrade(_config(connection), "head")
-    return status(url)
+    return before, _status(url)
 
 
 def reset(url: str | None = None) -> SchemaStatus:
     """Drop every spawnflow table, then migrate from scratch."""
     from spawnflow.models import Base
 
-    orm.check_reachable(url)
+    orm.check_reachable(url, create=True)
     with orm.engine(url).begin() as connection:
         Base.metadata.drop_all(connection)
         connection.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    return migrate(url)
+    return migrate(url)[1]

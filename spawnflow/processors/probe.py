@@ -8,6 +8,7 @@ running, so that the doctor can check that stopping it stops the whole tree.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -34,7 +35,9 @@ def doctor_probe(
     grandchild: bool = True,
 ) -> None:
     """Report this child's view of itself to the doctor, then wait to be stopped."""
-    logs.get_logger("spawnflow.doctor").info("doctor probe", nonce=nonce)
+    # Logged at exactly the file's level, so that the event passes whatever it is.
+    level = logging.getLevelName(settings.current().logging.level)
+    logs.get_logger("spawnflow.doctor").log(level, "doctor probe", nonce=nonce)
     inherited_engines, own_connection, inherited_use = 0, "no database", "nothing inherited"
     if database_url is not None:
         inherited_engines, own_connection, inherited_use = _probe_database(database_url)

@@ -67,7 +67,7 @@ def _run_one(settings: Settings, method: str, grace: float) -> MethodReport:
     url = settings.database.url
     parent_connection, database_error = None, None
     try:
-        orm.check_reachable(url)
+        orm.check_reachable(url, create=True)
         held_session = orm.sessionmaker_for(url)()
         parent_connection = orm.server_connection_id(held_session.connection())
     except orm.DatabaseUnavailable as error:

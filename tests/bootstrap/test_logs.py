@@ -5,7 +5,23 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
 from spawnflow.bootstrap import logs
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging():
+    """These tests reconfigure the process's logging; give pytest its handlers back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
 
 
 def test_events_and_stdlib_records_reach_the_role_file_as_json(tmp_path, capsys):

@@ -48,7 +48,7 @@ def test_kill_tree_kills_a_process_and_its_descendants(platform):
     root = subprocess.Popen([sys.executable, "-c", GRANDPARENT], stdout=subprocess.PIPE, text=True)
     try:
         grandchild_pid = int(root.stdout.readline())  # the grandchild exists from here on
-        tree = platform.snapshot_tree(root.pid)
+        tree = platform.snapshot_tree(platform.handle(root.pid))
         assert [p.pid for p in tree] == [root.pid, grandchild_pid]
 
         platform.kill_tree(tree)
@@ -68,5 +68,47 @@ def test_signal_names_come_from_negative_exit_codes():
     assert platforms.LINUX.signal_name(None) is None
 
 
-def test_peak_rss_is_reported():
-    assert platforms.peak_rss_bytes() > 1_000_000
+def test_peak_rss_grows_with_memory_this_process_touches():
+    before = platforms.peak_rss_bytes()
+    # Enough to pass the old peak (this worker may have been bigger before) by 64 MiB.
+    headroom = max(before - psutil.Process().memory_info().rss, 0)
+    touched = b"x" * (headroom + 64 * 2**20)
+    assert platforms.peak_rss_bytes() - before >= 48 * 2**20
+    del touched
+
+
+def sleeper(*, own_group: bool = False) -> subprocess.Popen:
+    code = "import os, sys, time\n"
+    if own_group:
+        code += "os.setpgid(0, 0)\n"
+    code += "print(os.getpid(), flush=True)\ntime.sleep(300)\n"
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    process.stdout.readline()  # it runs, and leads its group if asked to
+    return process
+
+
+@pytest.mark.skipif(not platforms.current().process_groups, reason="process groups are POSIX")
+def test_kill_group_leaves_a_stranger_that_took_the_leaders_pid_alone():
+    stranger, former_leader = sleeper(own_group=True), sleeper()
+    try:
+        # As if ``former_leader`` had led group ``stranger.pid`` and exited, and the
+        # stranger then took that pid and made a group of its own.
+        platforms.LINUX.kill_group(stranger.pid, psutil.Process(former_leader.pid))
+        assert stranger.poll() is None
+        platforms.LINUX.kill_group(stranger.pid, psutil.Process(stranger.pid))
+        assert stranger.wait(timeout=30) == -9
+    finally:
+        for process in (stranger, former_leader):
+            process.kill()
+            process.wait()
+            process.stdout.close()
+
+
+def test_a_handle_on_an_exited_process_has_no_tree():
+    process = sleeper()
+    handle = psutil.Process(process.pid)
+    process.kill()
+    process.wait()
+    process.stdout.close()
+    assert platforms.current().has_exited(handle)
+    assert platforms.current().snapshot_tree(handle) == []

@@ -119,7 +119,7 @@ def test_snapshot_is_frozen_picklable_and_equal_after_a_round_trip(home):
         (
             '[core]\nstop_grace_period = "soon"\n',
             "[core] stop_grace_period is 'soon' from config file {path} line 2, but it must be a "
-            "number of seconds of at least 0",
+            "number of seconds from 0 to 604800",
         ),
         (
             "[database]\nconnect_timeout = true\n",

@@ -113,10 +113,12 @@ def test_config_reference_prints_the_settings_table():
     assert run("config", "reference").output.strip() == settings_table.render_markdown()
 
 
-def test_db_migrate_check_and_reset(database_url):
+def test_db_migrate_check_and_reset(database_url, db_backend):
     url = ("--database-url", database_url)
     unmigrated = run(*url, "db", "check")
-    assert_user_error(unmigrated, "is not migrated", "run `spawnflow db migrate`")
+    # A SQLite file that does not exist yet is reported, not created empty.
+    missing = "does not exist" if db_backend == "sqlite" else "is not migrated"
+    assert_user_error(unmigrated, missing, "run `spawnflow db migrate`")
 
     migrated = run(*url, "db", "migrate")
     assert migrated.exit_code == 0, migrated.output
@@ -238,3 +240,30 @@ def test_a_malformed_set_is_a_usage_error():
     assert_user_error(
         run("--set", "loglevel", "info"), "'loglevel' is not SECTION.KEY=VALUE", exit_code=2
     )
+
+
+def test_db_check_names_an_empty_database_as_not_migrated(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    result = run("--database-url", f"sqlite:///{path.as_posix()}", "db", "check")
+    assert_user_error(result, "is not migrated, but this spawnflow needs revision 0001")
+
+
+@pytest.mark.parametrize(
+    ("url", "fragments"),
+    [
+        ("postgres://admin:hunter2@db/flows", ["'postgres://admin:***@db/flows'"]),
+        ("postgresql://u:hunter2@h:abc/db", ["its port is not a number"]),
+        ("mysql://root:hunter2@127.0.0.1:1/t?bogus=1", ["is not usable", "bogus"]),
+    ],
+)
+def test_database_urls_that_cannot_work_are_one_sentence_without_the_password(url, fragments):
+    error = assert_user_error(run("db", "check", env={"SPAWNFLOW__DATABASE__URL": url}), *fragments)
+    assert "hunter2" not in error
+
+
+def test_a_setting_given_twice_on_the_command_line_is_refused():
+    result = run("--start-method", "spawn", "--set", "core.mp_start_method=fork", "info")
+    assert_user_error(result, "core.mp_start_method is set twice on the command line", exit_code=2)

@@ -47,3 +47,9 @@ def test_doctor_fails_with_reasons_when_the_database_is_unreachable(start_method
     assert "secret" not in done.stdout + done.stderr
     assert "settings" in done.stdout
     assert "FAIL" in done.stdout
+
+
+def test_doctor_checks_logging_at_whatever_level_the_files_keep(start_method, home):
+    done = spawnflow("--log-level", "ERROR", "doctor", "--method", start_method, home=home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(line.split() == ["logging", "ok"] for line in done.stdout.splitlines())

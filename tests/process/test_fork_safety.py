@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from spawnflow.bootstrap import orm
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.launcher import ChildSpec, launch
 from spawnflow.models import Job
 from tests.fixtures import targets
@@ -79,39 +80,50 @@ def check_parent_keeps_its_connections(start_method, bound, session, database_ur
         assert orm.server_connection_id(again) == idle_id
 
 
-def test_a_fork_child_is_refused_the_connection_it_inherited(
+def test_only_a_fork_child_inherits_the_parents_session(
     start_method, migrated_database, database_url, monkeypatch
 ):
     with orm.sessionmaker_for(database_url)() as session:
-        check_inherited_connection_is_refused(start_method, session, monkeypatch)
+        session.execute(select(func.count()).select_from(Job))
+        monkeypatch.setattr(targets, "PARENT_SESSION", session)
+        report = run_inheritor(start_method, "execute")
+    if start_method == "fork":
+        assert report["outcome"].startswith("refused: process ")
+    else:
+        assert report == {"outcome": "nothing inherited"}
 
 
-def check_inherited_connection_is_refused(start_method, session, monkeypatch):
-    add_jobs(session, "parent")
-    session.execute(select(func.count()).select_from(Job))  # holds a connection, in a transaction
-    held_id = orm.server_connection_id(session.connection())
-    monkeypatch.setattr(targets, "PARENT_SESSION", session)
+ATTEMPTS = ["execute", "driver sql", "commit", "rollback", "invalidate", "detach", "close"]
 
-    with launch(
-        ChildSpec("test-inheritor", "tests.fixtures.targets:use_inherited_session"),
-        method=start_method,
-    ) as child:
+
+@pytest.mark.skipif("fork" not in platforms.current().start_methods, reason="no fork here")
+@pytest.mark.parametrize("attempt", ATTEMPTS)
+def test_every_use_of_a_connection_inherited_through_fork_is_refused(
+    attempt, migrated_database, database_url, monkeypatch
+):
+    with orm.sessionmaker_for(database_url)() as session:
+        add_jobs(session, "parent")
+        session.execute(
+            select(func.count()).select_from(Job)
+        )  # holds a connection, in a transaction
+        held_id = orm.server_connection_id(session.connection())
+        monkeypatch.setattr(targets, "PARENT_SESSION", session)
+
+        outcome = run_inheritor("fork", attempt)["outcome"]
+
+        assert outcome.startswith("refused"), outcome
+        # Nothing reached the server: the parent's connection and transaction are intact.
+        assert orm.server_connection_id(session.connection()) == held_id
+        add_jobs(session, "parent-again")
+        assert session.scalar(select(func.count()).select_from(Job)) == 6
+
+
+def run_inheritor(method: str, attempt: str) -> dict:
+    spec = ChildSpec(
+        "test-inheritor", "tests.fixtures.targets:use_inherited_session", {"attempt": attempt}
+    )
+    with launch(spec, method=method) as child:
         child.wait_ready()
         report = child.channel.recv(timeout=120).values
         assert child.join(timeout=120).exitcode == 0
-
-    if start_method == "fork":
-        # Only a fork child inherits the parent's objects; each use is refused.
-        assert report["outcome"] == "inherited"
-        assert [attempt.split(":")[:2] for attempt in report["attempts"]] == [
-            ["execute", " refused"],
-            ["driver sql", " refused"],
-            ["commit", " refused"],
-        ]
-        assert "tried to use a database connection that process" in report["attempts"][0]
-    else:
-        assert report == {"outcome": "nothing inherited"}
-    # Whatever the child did, the parent's connection and transaction are intact.
-    assert orm.server_connection_id(session.connection()) == held_id
-    add_jobs(session, "parent-again")
-    assert session.scalar(select(func.count()).select_from(Job)) == 6
+    return report

@@ -36,7 +36,9 @@ def gone(pid: int, timeout: float = 30.0) -> bool:
 def test_stopping_a_child_with_a_grandchild_leaves_neither_running(start_method, make_settings):
     make_settings()
     spec = ChildSpec(
-        "test-parent", f"{TARGETS}:start_grandchild_and_wait", {"method": start_method}
+        "test-parent",
+        f"{TARGETS}:supervise",
+        {"grandchild": "wait_quietly", "method": start_method},
     )
     child = launch(spec, method=start_method)
     child.wait_ready()
@@ -54,7 +56,9 @@ def test_stopping_a_child_with_a_grandchild_leaves_neither_running(start_method,
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(start_method, make_settings):
     make_settings()
-    child = launch(ChildSpec("test-stubborn", f"{TARGETS}:ignore_sigterm"), method=start_method)
+    child = launch(
+        ChildSpec("test-stubborn", f"{TARGETS}:ignore_stop_signals"), method=start_method
+    )
     child.wait_ready()
     child.channel.recv(timeout=60)  # SIGTERM is ignored from here on
 
@@ -70,8 +74,8 @@ def test_a_grandchild_that_ignores_sigterm_dies_with_its_tree(start_method, make
     make_settings(**{"core.stop_grace_period": "0.5"})  # the child's grace for its own children
     spec = ChildSpec(
         "test-parent",
-        f"{TARGETS}:start_grandchild_and_wait",
-        {"method": start_method, "ignore_sigterm": True},
+        f"{TARGETS}:supervise",
+        {"grandchild": "ignore_stop_signals", "method": start_method},
     )
     child = launch(spec, method=start_method)
     child.wait_ready()
@@ -119,7 +123,7 @@ def test_windows_path_stops_warm_through_the_control_pipe(make_settings, monkeyp
 def test_windows_path_kills_a_tree_that_ignores_the_warm_stop(make_settings, monkeypatch):
     monkeypatch.setattr(platforms, "_current", platforms.WINDOWS)
     make_settings(**{"core.mp_start_method": "spawn"})
-    child = launch(ChildSpec("test-stubborn", f"{TARGETS}:ignore_sigterm"))
+    child = launch(ChildSpec("test-stubborn", f"{TARGETS}:ignore_stop_signals"))
     child.wait_ready()
     child.channel.recv(timeout=60)
 
@@ -127,3 +131,16 @@ def test_windows_path_kills_a_tree_that_ignores_the_warm_stop(make_settings, mon
 
     assert status.cold
     assert gone(child.pid)
+
+
+def test_windows_path_stops_a_child_blocked_in_a_read_warm(make_settings, monkeypatch):
+    # The control pipe's watcher must break the main thread out of a blocking call,
+    # not just flag a signal that only runs when the main thread wakes on its own.
+    monkeypatch.setattr(platforms, "_current", platforms.WINDOWS)
+    make_settings(**{"core.mp_start_method": "spawn"})
+    child = launch(ChildSpec("test-echo", f"{TARGETS}:echo_server"))
+    child.wait_ready()
+
+    status = child.stop(grace=30)
+
+    assert (status.cold, status.exitcode) == (False, 0)
