@@ -297,16 +297,21 @@ def _child_entry(
     channel.send(wire.Ready(
         pid=os.getpid(), role=role, method=method, boot_seconds=time.perf_counter() - started
     ))  # fmt: skip
-    log = logs.get_logger("spawnflow.launcher")
     try:
         target(channel, **spec.kwargs)
-    except Exception:
-        log.exception("target failed", target=spec.target)
+    except Exception:  # noqa: BLE001 - logged with its traceback, then a named exit code
+        _log().exception("target failed", target=spec.target)
         sys.exit(lifecycle.EXIT_TARGET_FAILED)
     finally:
         # No orphan survives its supervisor (law 7), however the target ended. A
         # second stop request meanwhile makes this stop cold instead of unwinding it.
         try:
             stop_children()
-        except BaseException:
-            log.exception("stopping children failed")
+        except BaseException:  # noqa: BLE001 - logged; the exit must not be blocked
+            _log().exception("stopping children failed")
+
+
+def _log():
+    # Asked for only when there is something to say: a logger costs a child the
+    # structlog import (tens of milliseconds under spawn).
+    return logs.get_logger("spawnflow.launcher")

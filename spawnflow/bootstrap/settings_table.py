@@ -250,6 +250,20 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "core",
+        "load_examples",
+        BOOLEAN,
+        True,
+        "Load the example Dags that ship with spawnflow.",
+    ),
+    Option(
+        "core",
+        "dags_are_paused_at_creation",
+        BOOLEAN,
+        False,
+        "New Dags start paused: no runs until `spawnflow dags unpause`.",
+    ),
+    Option(
+        "core",
         "stop_grace_period",
         _seconds(0),
         10.0,
@@ -293,6 +307,34 @@ OPTIONS: tuple[Option, ...] = (
         "Folder for the per-role log files (JSON lines).",
     ),
     *(_component_method(component) for component in COMPONENTS),
+    Option(
+        "dag_processor",
+        "parsing_processes",
+        _integer(1),
+        2,
+        "Dag files parsed at the same time, each in its own child process.",
+    ),
+    Option(
+        "dag_processor",
+        "file_parsing_timeout",
+        _seconds(0.1),
+        30.0,
+        "Seconds a file may take to parse before its process tree is stopped.",
+    ),
+    Option(
+        "dag_processor",
+        "refresh_interval",
+        _seconds(0),
+        30.0,
+        "Seconds after which an unchanged Dag file is parsed again.",
+    ),
+    Option(
+        "dag_processor",
+        "poll_interval",
+        _seconds(0.1),
+        5.0,
+        "Seconds between two looks at the Dags folder when nothing is due.",
+    ),
 )
 
 _DEFAULT_DESCRIPTIONS = {

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
 #: bootstrap and processor modules: never user code, nothing that opens a socket
 #: or starts a thread at import, and nothing that imports SQLAlchemy (children
 #: that do not use the database must not carry it; a test checks all three).
-FORKSERVER_PRELOAD = ("spawnflow.bootstrap.launcher",)
+FORKSERVER_PRELOAD = (
+    "spawnflow.bootstrap.launcher",
+    "spawnflow.processors.dag_processor.parser",
+)
 
 
 class StartMethodUnavailable(UserError, ValueError):

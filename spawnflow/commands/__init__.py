@@ -63,16 +63,18 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
     from spawnflow.bootstrap import logs
 
     logs.configure("cli", console=True, console_level="INFO" if verbose else "WARNING")
-    ctx.obj = State.from_cli(assignments, flags)
+    ctx.obj = State.from_cli(assignments, flags, verbose=verbose)
 
 
 def _register() -> None:
-    from spawnflow.commands import config, db, doctor, info
+    from spawnflow.commands import config, dag_processor, dags, db, doctor, info
 
     cli.add_command(info.info_command)
     cli.add_command(config.config_group)
     cli.add_command(db.db_group)
     cli.add_command(doctor.doctor_command)
+    cli.add_command(dag_processor.dag_processor_command)
+    cli.add_command(dags.dags_group)
 
 
 _register()

@@ -14,12 +14,15 @@ from spawnflow.bootstrap.settings import Override, Settings
 class State:
     """Per-invocation state: overrides from the command line, settings resolved once."""
 
-    def __init__(self, overrides: list[Override]):
+    def __init__(self, overrides: list[Override], verbose: bool = False):
         self.overrides = overrides
+        self.verbose = verbose
         self._settings: Settings | None = None
 
     @classmethod
-    def from_cli(cls, assignments: tuple[str, ...], flags: Mapping[str, str | None]) -> State:
+    def from_cli(
+        cls, assignments: tuple[str, ...], flags: Mapping[str, str | None], verbose: bool = False
+    ) -> State:
         overrides = []
         for option in settings_table.OPTIONS:
             value = flags.get(f"setting__{option.section}__{option.key}")
@@ -38,7 +41,7 @@ class State:
                     f"{name} is set twice on the command line ({twice.option} and --set {name})."
                 )
             overrides.append(Override(name, value, f"--set {name}"))
-        return cls(overrides)
+        return cls(overrides, verbose)
 
     def settings(self) -> Settings:
         """Resolve (once) and install the settings snapshot of this CLI process."""
@@ -46,6 +49,18 @@ class State:
             self._settings = settings_module.resolve(overrides=self.overrides)
             settings_module.install(self._settings)
         return self._settings
+
+    def database(self) -> Settings:
+        """The settings, once the database is known to be reachable and migrated.
+
+        For commands that read or write spawnflow's tables: a database that was never
+        migrated is one sentence telling the user what to run, not a missing table.
+        """
+        from spawnflow.models import schema
+
+        snapshot = self.settings()
+        schema.require_current()
+        return snapshot
 
 
 pass_state = click.make_pass_decorator(State)

@@ -4,6 +4,7 @@ Only processes marked (DB) in the design import this package.
 """
 
 from spawnflow.models.base import Base
+from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
 from spawnflow.models.job import Job
 
-__all__ = ["Base", "Job"]
+__all__ = ["Base", "DagFileModel", "DagModel", "ImportErrorModel", "Job", "SerializedDagModel"]

@@ -12,6 +12,7 @@ from spawnflow import __version__
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings_table
 from spawnflow.commands import cli
+from spawnflow.models import schema
 
 
 def run(*args: str, env: dict[str, str] | None = None, input: str | None = None):
@@ -122,9 +123,9 @@ def test_db_migrate_check_and_reset(database_url, db_backend):
 
     migrated = run(*url, "db", "migrate")
     assert migrated.exit_code == 0, migrated.output
-    assert "Migrated from empty to 0001" in migrated.output
+    assert f"Migrated from empty to {schema.head()}" in migrated.output
     assert run(*url, "db", "migrate").output.startswith("Nothing to do")
-    assert "is at revision 0001 (current)" in run(*url, "db", "check").output
+    assert f"is at revision {schema.head()} (current)" in run(*url, "db", "check").output
 
     from sqlalchemy import create_engine, text
 
@@ -248,7 +249,7 @@ def test_db_check_names_an_empty_database_as_not_migrated(tmp_path):
     path = tmp_path / "empty.db"
     sqlite3.connect(path).close()
     result = run("--database-url", f"sqlite:///{path.as_posix()}", "db", "check")
-    assert_user_error(result, "is not migrated, but this spawnflow needs revision 0001")
+    assert_user_error(result, f"is not migrated, but this spawnflow needs revision {schema.head()}")
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """Messages the roles exchange over the wire protocol of :mod:`spawnflow.bootstrap.wire`.
 
-Framing, the registry and the boot handshake live in ``bootstrap.wire``; each role's
-messages are added here as the roles arrive.
+Framing, the registry and the boot handshake live in ``bootstrap.wire``. Small messages
+live here; a role with several has a module of its own (``comms.parsing``). A message
+must be imported on both sides of a channel to be decoded.
 """
 
 from __future__ import annotations

@@ -1,0 +1,49 @@
+"""``spawnflow dag-processor``."""
+
+from __future__ import annotations
+
+import click
+
+from spawnflow.commands.state import State, pass_state
+
+
+@click.command("dag-processor", short_help="Parse Dag files and store the Dags they define.")
+@click.option("--once", is_flag=True, help="Parse every file once, print a summary, exit.")
+@click.option("--num-runs", type=click.IntRange(min=1), help="Stop after this many passes.")
+@pass_state
+def dag_processor_command(state: State, once: bool, num_runs: int | None) -> None:
+    """Run the Dag processor: parse each Dag file in a child process under the configured
+    start method and store its Dags, import errors and parse statistics.
+
+    SIGTERM or Ctrl-C lets running parses finish (up to [core] stop_grace_period);
+    a second Ctrl-C stops at once."""
+    from spawnflow.bootstrap import lifecycle, logs
+    from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+
+    settings = state.database()
+    logs.configure(
+        "dag-processor",
+        level=settings.logging.level,
+        log_file=logs.role_log_file(settings.logging.base_log_folder, "dag-processor"),
+        console=True,
+        console_level=None if state.verbose else "WARNING",
+    )
+    lifecycle.install()
+    lifecycle.defer_warm_stop()
+    manager = DagFileProcessorManager(settings)
+    try:
+        summaries = manager.run(once=once, num_runs=num_runs)
+    except lifecycle.WarmStop:
+        click.echo("Stopped.", err=True)
+        raise click.exceptions.Exit(130) from None
+    if once or num_runs:
+        files = summaries[-1].files if summaries else 0
+        parsed = sum(s.parsed for s in summaries)
+        dags = summaries[-1].dags if summaries else 0
+        errors = summaries[-1].errors if summaries else {}
+        click.echo(
+            f"{len(summaries)} pass(es): {parsed} file(s) parsed of {files}, {dags} Dag(s), "
+            f"{len(errors)} import error(s)."
+        )
+        for path, error in sorted(errors.items()):
+            click.echo(f"{path}: {error.splitlines()[-1]}", err=True)

@@ -1,0 +1,172 @@
+"""``spawnflow dags list | show | list-import-errors | report | pause | unpause | check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from spawnflow.commands.output import pairs, table
+from spawnflow.commands.state import State, pass_state
+
+
+@click.group("dags", short_help="List, inspect, pause and check Dags.")
+def dags_group() -> None:
+    """Work with the Dags the Dag processor found."""
+
+
+def _where(path: str) -> str:
+    """A Dag file's path, shortened under the current folder."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
+
+
+@dags_group.command("list", short_help="List the Dags.")
+@click.option("--all", "include_inactive", is_flag=True, help="Include inactive Dags.")
+@pass_state
+def list_command(state: State, include_inactive: bool) -> None:
+    """List the Dags the Dag processor stored, with their schedule and state."""
+    from spawnflow.services import dags
+
+    state.database()
+    rows = [
+        [
+            model.dag_id,
+            model.schedule,
+            "yes" if model.is_paused else "no",
+            "yes" if model.is_active else "no",
+            ", ".join(dags.tags_of(model)),
+            _where(model.fileloc),
+        ]
+        for model in dags.list_dags(include_inactive)
+    ]
+    if not rows:
+        click.echo("No Dags yet: run `spawnflow dag-processor --once`.")
+        return
+    click.echo(table(["dag_id", "schedule", "paused", "active", "tags", "file"], rows))
+
+
+@dags_group.command("show", short_help="Show one Dag and its tasks.")
+@click.argument("dag_id")
+@pass_state
+def show_command(state: State, dag_id: str) -> None:
+    """Show a Dag's settings and its tasks in the order they can run."""
+    from spawnflow.services import dags
+
+    state.database()
+    model, document = dags.get_dag(dag_id)
+    click.echo(pairs([
+        ("Dag", document.dag_id),
+        ("Description", document.description or ""),
+        ("File", document.fileloc),
+        ("Schedule", document.schedule.describe()),
+        ("Start date", document.start_date.isoformat() if document.start_date else ""),
+        ("Catchup", "yes" if document.catchup else "no"),
+        ("Paused", "yes" if model.is_paused else "no"),
+        ("Active", "yes" if model.is_active else "no"),
+        ("Max active runs", str(document.max_active_runs)),
+        ("Tags", ", ".join(document.tags)),
+    ]))  # fmt: skip
+    click.echo()
+    rows = [
+        [t.task_id, t.kind, t.trigger_rule, str(t.retries), ", ".join(t.upstream) or "-"]
+        for t in document.tasks
+    ]
+    click.echo(table(["task", "kind", "trigger rule", "retries", "upstream"], rows))
+
+
+@dags_group.command("list-import-errors", short_help="Show the files that failed to load.")
+@pass_state
+def list_import_errors_command(state: State) -> None:
+    """Show each Dag file that could not be loaded, and why."""
+    from spawnflow.services import dags
+
+    state.database()
+    errors = dags.import_errors()
+    if not errors:
+        click.echo("No import errors.")
+        return
+    for error in errors:
+        click.echo(f"{error.fileloc} ({error.timestamp:%Y-%m-%d %H:%M:%S}):")
+        click.echo("  " + error.error.replace("\n", "\n  "))
+        click.echo()
+    raise click.exceptions.Exit(1)
+
+
+@dags_group.command("report", short_help="Parse time and outcome per Dag file.")
+@pass_state
+def report_command(state: State) -> None:
+    """Per-file parse time, Dag count and outcome, slowest first."""
+    from spawnflow.services import dags
+
+    state.database()
+    rows = [
+        [_where(row.fileloc), f"{row.duration:.3f}", str(row.dag_count), row.outcome,
+         f"{row.last_parsed:%Y-%m-%d %H:%M:%S}"]
+        for row in dags.report()
+    ]  # fmt: skip
+    if not rows:
+        click.echo("No Dag files parsed yet: run `spawnflow dag-processor --once`.")
+        return
+    click.echo(table(["file", "seconds", "dags", "outcome", "last parsed (UTC)"], rows))
+
+
+def _set_paused(state: State, dag_id: str, paused: bool) -> None:
+    from spawnflow.services import dags
+
+    state.database()
+    changed = dags.set_paused(dag_id, paused)
+    word = "paused" if paused else "unpaused"
+    click.echo(f"Dag {dag_id!r} {word}." if changed else f"Dag {dag_id!r} was already {word}.")
+
+
+@dags_group.command("pause", short_help="Stop a Dag from getting new runs.")
+@click.argument("dag_id")
+@pass_state
+def pause_command(state: State, dag_id: str) -> None:
+    """Pause a Dag: the scheduler creates no new runs for it."""
+    _set_paused(state, dag_id, True)
+
+
+@dags_group.command("unpause", short_help="Let a paused Dag get runs again.")
+@click.argument("dag_id")
+@pass_state
+def unpause_command(state: State, dag_id: str) -> None:
+    """Unpause a Dag."""
+    _set_paused(state, dag_id, False)
+
+
+@dags_group.command("check", short_help="Parse a file under every start method and compare.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--method", "methods", multiple=True, metavar="METHOD",
+              help="Check only this start method (repeatable).")  # fmt: skip
+@pass_state
+def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
+    """Parse FILE in a child process under each start method this machine has and show
+    where they differ. A Dag that loads only under fork (module state, unpicklable
+    objects, import side effects) is what breaks when moving to macOS or Python 3.14."""
+    from spawnflow.bootstrap import startmethods
+    from spawnflow.services import dags
+
+    settings = state.settings()
+    for method in methods:
+        startmethods.check(method)
+    chosen = list(methods) or list(startmethods.available())
+    timeout = settings.dag_processor.file_parsing_timeout
+    results = dags.check_file(str(file.absolute()), chosen, timeout)
+    rows = [
+        [r.method, "ok" if r.ok else "FAIL", str(len(r.dags)), str(r.tasks), f"{r.seconds:.2f}"]
+        for r in results
+    ]
+    click.echo(table(["method", "loads", "dags", "tasks", "seconds"], rows))
+    for result in results:
+        if result.error:
+            click.echo(f"\n{result.method}:\n  " + result.error.replace("\n", "\n  "), err=True)
+    found = dags.differences(results)
+    for sentence in found:
+        click.echo(f"Difference: {sentence}.", err=True)
+    if found or not all(r.ok for r in results):
+        raise click.exceptions.Exit(1)
+    click.echo("Same result under every start method.")

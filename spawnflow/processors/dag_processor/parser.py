@@ -1,0 +1,106 @@
+"""The file parser (role ``file-parser``): import one Dag file, report what it defines.
+
+Runs in a child of its own, started by the launcher, and never touches the
+database or imports SQLAlchemy. A Dag file is user code: it may raise, hang,
+crash the interpreter, start threads, fork or open connections at import. The
+parser reports any exception as an import error; the manager handles the rest
+(timeouts, crashes) by watching the child from outside.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+# Imported here rather than on first use: the forkserver preloads this module, so
+# its children start with the SDK and the cron parser already loaded.
+import cronsim  # noqa: F401
+
+from spawnflow.bootstrap import lifecycle
+from spawnflow.bootstrap.platform import peak_rss_bytes
+from spawnflow.comms.parsing import ParseResult
+from spawnflow.sdk import dags as dag_registry
+from spawnflow.sdk import serialize
+from spawnflow.sdk.tasks import DagDefinitionError
+
+
+def parse_file(channel, path: str, dags_folder: str | None = None) -> None:
+    """Import the Dag file at ``path`` and send its Dags (or its error) to the manager.
+
+    Ends the process right after sending: threads the file started are not waited
+    for, and a copy of this process that the file forked at import sends nothing.
+    """
+    own_pid = os.getpid()
+    started = time.perf_counter()
+    try:
+        content = Path(path).read_bytes()
+    except OSError as error:
+        _send(channel, own_pid, path, "", [], f"cannot read {path}: {error.strerror}", started)
+        return
+    if dags_folder and dags_folder not in sys.path:
+        # As in Airflow, Dag files may import helpers that sit next to them.
+        sys.path.insert(0, dags_folder)
+    found, error = load_dags(path)
+    _send(channel, own_pid, path, serialize.file_hash(content), found, error, started)
+
+
+def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
+    """Import ``path`` and serialize every Dag built while doing so."""
+    dag_registry.forget_built_dags()
+    module_name = "spawnflow_dagfile_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        built = _unique(dag_registry.built_dags(), path)
+        for dag in built:
+            dag.fileloc = path  # the file to import again to run it
+            dag.validate()
+        return [serialize.serialize(dag) for dag in built], None
+    except lifecycle.WarmStop:
+        raise
+    except SystemExit as stop:
+        return [], f"{path} called sys.exit({stop.code!r}) while being imported"
+    except DagDefinitionError as error:
+        return [], str(error)
+    except BaseException:  # noqa: BLE001 - whatever a Dag file raises is its import error
+        return [], _traceback_from(path)
+
+
+def _unique(built: list, path: str) -> list:
+    seen: dict[str, object] = {}
+    for dag in built:
+        if dag.dag_id in seen:
+            raise DagDefinitionError(f"{path}: Dag {dag.dag_id!r} is defined twice in this file")
+        seen[dag.dag_id] = dag
+    return built
+
+
+def _traceback_from(path: str) -> str:
+    """The traceback, starting at the Dag file's own frames (ours are noise to its author)."""
+    kind, error, trace = sys.exc_info()
+    frames = traceback.extract_tb(trace)
+    first = next((i for i, frame in enumerate(frames) if frame.filename == path), 0)
+    lines = ["Traceback (most recent call last):\n"]
+    lines += traceback.format_list(frames[first:])
+    lines += traceback.format_exception_only(kind, error)
+    return "".join(lines).rstrip()
+
+
+def _send(channel, own_pid: int, path: str, file_hash: str, dags: list, error: str | None,
+          started: float) -> None:  # fmt: skip
+    if os.getpid() != own_pid:
+        os._exit(0)  # a copy the Dag file forked at import: only the parser answers
+    channel.send(ParseResult(
+        path=path, file_hash=file_hash, dags=dags, error=error,
+        duration=time.perf_counter() - started, peak_rss=peak_rss_bytes(),
+    ))  # fmt: skip
+    logging.shutdown()
+    os._exit(lifecycle.EXIT_OK)

@@ -1,0 +1,95 @@
+"""Dag schedules: a cron expression, a preset, a timedelta, ``@once`` or None.
+
+A :class:`Schedule` is plain data, so it serialises with the Dag and the
+scheduler can compute run times from it without importing the Dag file. Cron
+expressions are evaluated by cronsim (small and quick to import: a file parser
+child pays for every import) in the Dag's time zone, UTC unless a start date says
+otherwise.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+import msgspec
+
+PRESETS = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@quarterly": "0 0 1 */3 *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+
+UTC = dt.UTC
+
+
+class Schedule(msgspec.Struct, frozen=True):
+    """When a Dag runs: ``kind`` is ``cron``, ``interval``, ``once`` or ``manual``."""
+
+    kind: Literal["cron", "interval", "once", "manual"]
+    #: The cron expression (a preset is stored expanded, with its name in ``preset``).
+    cron: str | None = None
+    preset: str | None = None
+    #: The interval, in seconds, of a timedelta schedule.
+    seconds: float | None = None
+
+    def describe(self) -> str:
+        if self.kind == "cron":
+            return self.preset or self.cron or ""
+        if self.kind == "interval":
+            return str(dt.timedelta(seconds=self.seconds or 0))
+        return "@once" if self.kind == "once" else "None (manual)"
+
+
+def parse(value: object) -> Schedule:
+    """The Schedule for a Dag's ``schedule`` argument; ValueError saying what is allowed."""
+    if value is None:
+        return Schedule("manual")
+    if isinstance(value, dt.timedelta):
+        if value <= dt.timedelta(0):
+            raise ValueError(f"schedule {value!r} must be a positive timedelta")
+        return Schedule("interval", seconds=value.total_seconds())
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "@once":
+            return Schedule("once")
+        if text.startswith("@"):
+            if text not in PRESETS:
+                raise ValueError(
+                    f"schedule {value!r} is not a preset; presets: @once, " + ", ".join(PRESETS)
+                )
+            return Schedule("cron", cron=PRESETS[text], preset=text)
+        check_cron(text)
+        return Schedule("cron", cron=" ".join(text.split()))
+    raise ValueError(
+        f"schedule {value!r} must be a cron expression, a preset such as '@daily', "
+        "a timedelta, '@once' or None"
+    )
+
+
+def check_cron(expression: str) -> None:
+    """ValueError naming what is wrong with ``expression``."""
+    from cronsim import CronSim, CronSimError
+
+    if len(expression.split()) != 5:
+        raise ValueError(f"schedule {expression!r} is not a cron expression of five fields")
+    try:
+        CronSim(expression, dt.datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as error:
+        raise ValueError(
+            f"schedule {expression!r} is not a valid cron expression: {error}"
+        ) from None
+
+
+def aware(moment: dt.datetime | None, what: str) -> dt.datetime | None:
+    """``moment`` with a time zone: naive datetimes are taken as UTC."""
+    if moment is None:
+        return None
+    if not isinstance(moment, dt.datetime):
+        raise ValueError(f"{what} {moment!r} must be a datetime")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

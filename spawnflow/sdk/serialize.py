@@ -1,0 +1,128 @@
+"""Serialized Dags: the versioned JSON document the Dag processor stores.
+
+The scheduler and the CLI read only this document; they never import a Dag file.
+``version`` changes when the document's shape does; a reader refuses a version it
+does not know instead of guessing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from typing import Any
+
+import msgspec
+
+from spawnflow.sdk.dags import Dag
+from spawnflow.sdk.schedule import Schedule
+from spawnflow.sdk.tasks import Task, to_json
+
+VERSION = 1
+
+
+class SerializedTask(msgspec.Struct, frozen=True):
+    task_id: str
+    kind: str
+    upstream: list[str]
+    downstream: list[str]
+    retries: int
+    retry_delay: float
+    execution_timeout: float | None
+    trigger_rule: str
+    arguments: dict[str, Any]
+
+
+class SerializedDag(msgspec.Struct, frozen=True):
+    dag_id: str
+    fileloc: str
+    schedule: Schedule
+    start_date: dt.datetime | None
+    end_date: dt.datetime | None
+    catchup: bool
+    tags: list[str]
+    params: dict[str, Any]
+    max_active_runs: int
+    max_active_tasks: int
+    description: str | None
+    default_args: dict[str, Any]
+    #: In topological order: every task after its upstream tasks.
+    tasks: list[SerializedTask]
+
+    def task(self, task_id: str) -> SerializedTask:
+        for candidate in self.tasks:
+            if candidate.task_id == task_id:
+                return candidate
+        raise KeyError(f"Dag {self.dag_id!r} has no task {task_id!r}")
+
+
+class DagDocument(msgspec.Struct, frozen=True):
+    """What the Dag processor stores for one Dag."""
+
+    version: int
+    dag: SerializedDag
+    #: sha256 of the Dag file's bytes when it was parsed.
+    file_hash: str
+
+
+def serialize(dag: Dag) -> SerializedDag:
+    """The serializable form of a built and validated Dag."""
+    order = dag.topological_order()
+    return SerializedDag(
+        dag_id=dag.dag_id,
+        fileloc=dag.fileloc,
+        schedule=dag.schedule,
+        start_date=dag.start_date,
+        end_date=dag.end_date,
+        catchup=dag.catchup,
+        tags=list(dag.tags),
+        params={key: to_json(value) for key, value in dag.params.items()},
+        max_active_runs=dag.max_active_runs,
+        max_active_tasks=dag.max_active_tasks,
+        description=dag.description,
+        default_args={key: _default_arg(value) for key, value in dag.default_args.items()},
+        tasks=[_task(dag.task_dict[task_id]) for task_id in order],
+    )
+
+
+def _task(task: Task) -> SerializedTask:
+    timeout = task.execution_timeout
+    return SerializedTask(
+        task_id=task.task_id,
+        kind=task.kind,
+        upstream=sorted(task.upstream_task_ids),
+        downstream=sorted(task.downstream_task_ids),
+        retries=task.retries,
+        retry_delay=task.retry_delay.total_seconds(),
+        execution_timeout=None if timeout is None else timeout.total_seconds(),
+        trigger_rule=task.trigger_rule.value,
+        arguments=task.arguments(),
+    )
+
+
+def _default_arg(value: Any) -> Any:
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return to_json(value)
+
+
+def encode(document: DagDocument) -> bytes:
+    """The document as JSON bytes, keys in a stable order."""
+    return msgspec.json.encode(document, order="deterministic")
+
+
+def decode(data: bytes | str) -> DagDocument:
+    """A stored document; ValueError for one this version cannot read."""
+    raw = msgspec.json.decode(data)
+    version = raw.get("version") if isinstance(raw, dict) else None
+    if version != VERSION:
+        raise ValueError(f"serialized Dag version {version!r} is not {VERSION}; re-parse the file")
+    return msgspec.convert(raw, DagDocument)
+
+
+def dag_hash(dag: SerializedDag) -> str:
+    """A hash of what the Dag is, so an unchanged Dag is not rewritten."""
+    return hashlib.sha256(msgspec.json.encode(dag, order="deterministic")).hexdigest()
+
+
+def file_hash(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()

@@ -1,0 +1,337 @@
+"""Tasks: Python callables (``@task``), shell commands (``CommandTask``), dependencies.
+
+A task belongs to one Dag. ``a >> b`` makes ``b`` run after ``a``; lists work on
+either side (``a >> [b, c] >> d``). Calling a ``@task`` function inside a Dag
+creates the task and returns its output (an :class:`XComArg`); passing that output
+to another task creates the dependency and, at run time, pulls the value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Iterable, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spawnflow.sdk.dags import Dag
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
+RETURN_VALUE = "return_value"
+
+
+class TriggerRule(StrEnum):
+    """When a task runs, given how its upstream tasks ended (Airflow's names)."""
+
+    ALL_SUCCESS = "all_success"
+    ALL_DONE = "all_done"
+    ALL_FAILED = "all_failed"
+    ONE_SUCCESS = "one_success"
+    ONE_FAILED = "one_failed"
+    NONE_FAILED = "none_failed"
+    ALWAYS = "always"
+
+
+class DagDefinitionError(Exception):
+    """A Dag or task that cannot be built as written; the message names file, Dag and task."""
+
+
+def check_id(value: object, what: str) -> str:
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise ValueError(
+            f"{what} {value!r} must be 1-250 letters, digits, '_', '-' or '.', "
+            "not starting with '-' or '.'"
+        )
+    return value
+
+
+class Task:
+    """Base of every task kind. ``kind`` names it in the serialized Dag."""
+
+    kind = "task"
+
+    def __init__(
+        self,
+        task_id: str,
+        *,
+        dag: Dag | None = None,
+        retries: int | None = None,
+        retry_delay: dt.timedelta | None = None,
+        execution_timeout: dt.timedelta | None = None,
+        trigger_rule: str | TriggerRule | None = None,
+    ):
+        from spawnflow.sdk.dags import current_dag
+
+        self.dag = dag or current_dag()
+        if self.dag is None:
+            raise DagDefinitionError(
+                f"task {task_id!r} was created outside a Dag: create it inside `with Dag(...)`, "
+                "inside a @dag function, or pass dag=..."
+            )
+        defaults = self.dag.default_args
+        try:
+            self.task_id = check_id(task_id, "task id")
+            self.retries = _non_negative_int(_pick(retries, defaults, "retries", 0), "retries")
+            self.retry_delay = _timedelta(
+                _pick(retry_delay, defaults, "retry_delay", dt.timedelta(minutes=5)), "retry_delay"
+            )
+            timeout = _pick(execution_timeout, defaults, "execution_timeout", None)
+            self.execution_timeout = (
+                None if timeout is None else _timedelta(timeout, "execution_timeout")
+            )
+            self.trigger_rule = _trigger_rule(
+                _pick(trigger_rule, defaults, "trigger_rule", TriggerRule.ALL_SUCCESS)
+            )
+        except ValueError as error:
+            raise self.dag.definition_error(str(error), task_id=task_id) from None
+        self.upstream_task_ids: set[str] = set()
+        self.downstream_task_ids: set[str] = set()
+        self.dag.add_task(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.task_id}>"
+
+    # -- dependencies ---------------------------------------------------------------
+
+    def set_downstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
+        for task in _tasks(other):
+            self.dag.add_dependency(self, task)
+
+    def set_upstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
+        for task in _tasks(other):
+            self.dag.add_dependency(task, self)
+
+    def __rshift__(self, other):
+        self.set_downstream(other)
+        return other
+
+    def __lshift__(self, other):
+        self.set_upstream(other)
+        return other
+
+    def __rrshift__(self, other):  # [a, b] >> self
+        self.set_upstream(other)
+        return self
+
+    def __rlshift__(self, other):  # [a, b] << self
+        self.set_downstream(other)
+        return self
+
+    @property
+    def output(self) -> XComArg:
+        """This task's return value, as an argument for another task."""
+        return XComArg(self)
+
+    # -- serialization --------------------------------------------------------------
+
+    def arguments(self) -> dict[str, Any]:
+        """What this kind of task was configured with, as JSON-ready data."""
+        return {}
+
+    def _take_arguments(self, op_args: Sequence, op_kwargs: dict[str, Any] | None) -> None:
+        """Keep the call's arguments; an upstream task's output among them is a dependency."""
+        self.op_args = tuple(op_args)
+        self.op_kwargs = dict(op_kwargs or {})
+        for upstream in xcom_args(self.op_args, self.op_kwargs):
+            self.set_upstream(upstream.task)
+
+    def _arguments_json(self) -> dict[str, Any]:
+        return {
+            "op_args": [to_json(value) for value in self.op_args],
+            "op_kwargs": {key: to_json(value) for key, value in self.op_kwargs.items()},
+        }
+
+
+class XComArg:
+    """A reference to a value a task pushes (its return value by default)."""
+
+    def __init__(self, task: Task, key: str = RETURN_VALUE):
+        self.task, self.key = task, key
+
+    def __repr__(self) -> str:
+        return f"XComArg({self.task.task_id!r}, {self.key!r})"
+
+    def __rshift__(self, other):
+        return self.task >> other
+
+    def __lshift__(self, other):
+        return self.task << other
+
+    def __rrshift__(self, other):
+        return self.task.__rrshift__(other)
+
+    def __rlshift__(self, other):
+        return self.task.__rlshift__(other)
+
+    def __getitem__(self, key: str) -> XComArg:
+        return XComArg(self.task, key)
+
+    def to_json(self) -> dict[str, str]:
+        return {"__xcom__": self.task.task_id, "key": self.key}
+
+
+class PythonTask(Task):
+    """Runs a Python callable; its return value becomes the task's XCom."""
+
+    kind = "python"
+
+    def __init__(self, task_id: str, python_callable: Callable[..., Any], *, op_args: Sequence = (),
+                 op_kwargs: dict[str, Any] | None = None, **kwargs: Any):  # fmt: skip
+        if not callable(python_callable):
+            raise TypeError(f"python_callable of task {task_id!r} must be callable")
+        self.python_callable = python_callable
+        super().__init__(task_id, **kwargs)
+        self._take_arguments(op_args, op_kwargs)
+
+    def arguments(self) -> dict[str, Any]:
+        return {"callable": _name_of(self.python_callable), **self._arguments_json()}
+
+
+class CommandTask(Task):
+    """Runs a shell command; the last line it prints becomes the task's XCom.
+
+    ``command`` is a string, or a callable (``@task.command``) that returns the
+    string at run time from the arguments it was given.
+    """
+
+    kind = "command"
+
+    def __init__(self, task_id: str, command: str | Callable[..., str], *,
+                 env: dict[str, str] | None = None, cwd: str | None = None,
+                 op_args: Sequence = (), op_kwargs: dict[str, Any] | None = None,
+                 **kwargs: Any):  # fmt: skip
+        if not (isinstance(command, str) and command.strip()) and not callable(command):
+            raise TypeError(f"command of task {task_id!r} must be a non-empty string or a callable")
+        self.command = command
+        self.env = dict(env or {})
+        self.cwd = cwd
+        super().__init__(task_id, **kwargs)
+        self._take_arguments(op_args, op_kwargs)
+
+    def arguments(self) -> dict[str, Any]:
+        command = self.command
+        return {
+            "command": command if isinstance(command, str) else None,
+            "callable": None if isinstance(command, str) else _name_of(command),
+            "env": dict(self.env),
+            "cwd": self.cwd,
+            **self._arguments_json(),
+        }
+
+
+# -- decorators -----------------------------------------------------------------------
+
+
+class _TaskDecorator:
+    """``@task``, ``@task(retries=2)`` and ``@task.command``."""
+
+    def __init__(self, factory: type[Task] = PythonTask, **defaults: Any):
+        self._factory, self._defaults = factory, defaults
+
+    def __call__(self, function: Callable[..., Any] | None = None, **options: Any):
+        if function is None:
+            return _TaskDecorator(self._factory, **{**self._defaults, **options})
+        settings = {**self._defaults, **options}
+
+        def create(*args: Any, **kwargs: Any) -> XComArg:
+            task_id = settings.get("task_id") or function.__name__
+            rest = {k: v for k, v in settings.items() if k != "task_id"}
+            if self._factory is CommandTask:
+                created = CommandTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
+            else:
+                created = PythonTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
+            return created.output
+
+        create.__name__ = function.__name__
+        create.__doc__ = function.__doc__
+        create.__wrapped__ = function
+        return create
+
+    @property
+    def command(self) -> _TaskDecorator:
+        """Decorate a function that returns a shell command; the task runs that command."""
+        return _TaskDecorator(CommandTask, **self._defaults)
+
+
+task = _TaskDecorator()
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def xcom_args(args: Iterable[Any], kwargs: dict[str, Any]) -> list[XComArg]:
+    """Every XComArg in the arguments, nested in lists, tuples and dicts too."""
+    found: list[XComArg] = []
+
+    def visit(value: Any) -> None:
+        if isinstance(value, XComArg):
+            found.append(value)
+        elif isinstance(value, list | tuple | set):
+            for item in value:
+                visit(item)
+        elif isinstance(value, dict):
+            for item in value.values():
+                visit(item)
+
+    visit(list(args))
+    visit(kwargs)
+    return found
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-ready description of an argument (XComArgs as references, others as-is or repr)."""
+    if isinstance(value, XComArg):
+        return value.to_json()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        return {key: to_json(item) for key, item in value.items()}
+    return {"__repr__": repr(value)}
+
+
+def _name_of(function: Callable[..., Any]) -> str:
+    return f"{function.__module__}.{getattr(function, '__qualname__', repr(function))}"
+
+
+def _tasks(other: Any) -> list[Task]:
+    items = other if isinstance(other, list | tuple | set) else [other]
+    tasks = []
+    for item in items:
+        if isinstance(item, XComArg):
+            tasks.append(item.task)
+        elif isinstance(item, Task):
+            tasks.append(item)
+        else:
+            raise TypeError(f"cannot set a dependency on {item!r}: not a task")
+    return tasks
+
+
+def _pick(value: Any, defaults: dict[str, Any], key: str, fallback: Any) -> Any:
+    if value is not None:
+        return value
+    return defaults.get(key, fallback)
+
+
+def _non_negative_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} {value!r} must be a whole number of at least 0")
+    return value
+
+
+def _timedelta(value: Any, what: str) -> dt.timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = dt.timedelta(seconds=value)
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise ValueError(f"{what} {value!r} must be a non-negative timedelta or number of seconds")
+    return value
+
+
+def _trigger_rule(value: Any) -> TriggerRule:
+    try:
+        return TriggerRule(value)
+    except ValueError:
+        allowed = ", ".join(rule.value for rule in TriggerRule)
+        raise ValueError(f"trigger_rule {value!r} must be one of {allowed}") from None

@@ -1,0 +1,156 @@
+"""``spawnflow dag-processor`` and ``spawnflow dags ...``: in process, and end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from spawnflow.bootstrap import platform as platforms
+from tests.commands.test_cli import assert_user_error, run
+from tests.processors import dagfiles
+
+pytestmark = pytest.mark.process
+
+FORK_ONLY = """
+import sys
+from spawnflow import CommandTask, Dag
+# Works only where the parser inherits the CLI's modules: the kind of module state
+# that a Dag picks up under fork and loses under spawn (macOS, Windows, Python 3.14).
+if "click" not in sys.modules:
+    raise RuntimeError("this Dag needs something its parent process had loaded")
+with Dag("fork_only"):
+    CommandTask("t", "true")
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, home: Path) -> dict[str, str]:
+    """Environment for a spawnflow with its own Dags folder and migrated SQLite database."""
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    env = {
+        "SPAWNFLOW__CORE__DAGS_FOLDER": str(dags),
+        "SPAWNFLOW__CORE__LOAD_EXAMPLES": "false",
+        "SPAWNFLOW__DAG_PROCESSOR__FILE_PARSING_TIMEOUT": "2",
+    }
+    assert run("db", "migrate", env=env).exit_code == 0
+    return env
+
+
+def folder(env: dict[str, str]) -> Path:
+    return Path(env["SPAWNFLOW__CORE__DAGS_FOLDER"])
+
+
+def test_once_then_list_show_report_and_import_errors(project, start_method):
+    project["SPAWNFLOW__CORE__MP_START_METHOD"] = start_method
+    dagfiles.write(folder(project), "good.py", dagfiles.good("good", tasks=2))
+    hanging = dagfiles.write(folder(project), "hanging.py", dagfiles.HANG)
+
+    once = run("dag-processor", "--once", env=project)
+    assert once.exit_code == 0, once.output
+    assert once.stdout.strip() == "1 pass(es): 2 file(s) parsed of 2, 1 Dag(s), 1 import error(s)."
+
+    listed = run("dags", "list", env=project).stdout.splitlines()
+    assert listed[0].split() == ["dag_id", "schedule", "paused", "active", "tags", "file"]
+    assert listed[2].split()[:5] == ["good", "None", "(manual)", "no", "yes"]
+
+    shown = run("dags", "show", "good", env=project).stdout
+    assert "Schedule         None (manual)" in shown
+    assert "t1    command  all_success   0        -" in shown
+
+    errors = run("dags", "list-import-errors", env=project)
+    assert errors.exit_code == 1
+    assert f"{hanging} timed out after 2 seconds of parsing" in errors.stdout
+
+    report = run("dags", "report", env=project).stdout.splitlines()
+    assert report[0].split()[:4] == ["file", "seconds", "dags", "outcome"]
+    assert [line.split()[0].endswith("hanging.py") for line in report[2:]] == [True, False]
+
+
+def test_pause_and_unpause(project):
+    dagfiles.write(folder(project), "good.py", dagfiles.good("good"))
+    run("dag-processor", "--once", env=project)
+
+    assert run("dags", "pause", "good", env=project).stdout == "Dag 'good' paused.\n"
+    assert run("dags", "pause", "good", env=project).stdout == "Dag 'good' was already paused.\n"
+    listed = run("dags", "list", env=project).stdout.splitlines()
+    assert listed[2].split()[:4] == ["good", "None", "(manual)", "yes"]
+    assert run("dags", "unpause", "good", env=project).stdout == "Dag 'good' unpaused.\n"
+    assert_user_error(run("dags", "pause", "godo", env=project),
+                      "There is no Dag 'godo'; did you mean 'good'?")  # fmt: skip
+    assert_user_error(run("dags", "show", "nope", env=project), "There is no Dag 'nope'")
+
+
+def test_dags_commands_need_a_migrated_database(tmp_path):
+    env = {"SPAWNFLOW__DATABASE__URL": f"sqlite:///{tmp_path.as_posix()}/never.db"}
+    for args in (["dags", "list"], ["dag-processor", "--once"]):
+        assert_user_error(run(*args, env=env), "run `spawnflow db migrate`")
+
+
+@pytest.mark.skipif("fork" not in platforms.current().start_methods, reason="no fork here")
+def test_check_finds_a_dag_that_only_loads_under_fork(project, tmp_path):
+    path = dagfiles.write(tmp_path, "fork_only.py", FORK_ONLY)
+    methods = platforms.current().start_methods
+
+    result = run("dags", "check", str(path), env=project)
+
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["method", "loads", "dags", "tasks", "seconds"]
+    verdicts = {line.split()[0]: line.split()[1] for line in lines[2:]}
+    assert verdicts == {m: "ok" if m == "fork" else "FAIL" for m in methods}
+    assert result.exit_code == 1
+    others = ", ".join(m for m in methods if m != "fork")
+    assert f"the file loads under some start methods but not under {others}" in result.stderr
+    assert "this Dag needs something its parent process had loaded" in result.stderr
+
+
+def test_check_agrees_for_a_portable_dag(project, tmp_path):
+    path = dagfiles.write(tmp_path, "portable.py", dagfiles.good("portable", tasks=3))
+    result = run("dags", "check", str(path), env=project)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == "Same result under every start method."
+
+
+@pytest.mark.skipif(not platforms.current().process_groups, reason="sends SIGTERM")
+def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
+    project, tmp_path, home, start_method
+):
+    project["SPAWNFLOW__CORE__MP_START_METHOD"] = start_method
+    marker = tmp_path / "parsing"
+    dagfiles.write(
+        folder(project), "slow.py", f"open({str(marker)!r}, 'w').close()\n" + dagfiles.HANG
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+    env.update(project, SPAWNFLOW_HOME=str(home), SPAWNFLOW__CORE__STOP_GRACE_PERIOD="2",
+               SPAWNFLOW__DAG_PROCESSOR__FILE_PARSING_TIMEOUT="120")  # fmt: skip
+    processor = subprocess.Popen(
+        [sys.executable, "-m", "spawnflow", "dag-processor"], env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the slow file was never parsed"
+            assert processor.poll() is None, processor.communicate()
+            time.sleep(0.05)
+        family = psutil.Process(processor.pid).children(recursive=True)
+        assert family, "no parser child while a file is parsing"
+
+        processor.send_signal(signal.SIGTERM)
+        _, err = processor.communicate(timeout=60)
+    finally:
+        if processor.poll() is None:
+            processor.kill()
+            processor.communicate()
+
+    assert processor.returncode == 0, err
+    assert "Traceback" not in err
+    _, alive = psutil.wait_procs(family, timeout=30)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

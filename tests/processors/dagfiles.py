@@ -1,0 +1,65 @@
+"""Dag files for the Dag processor's tests: good ones, and every way one can go wrong."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def good(dag_id: str, tasks: int = 1, extra: str = "") -> str:
+    names = ", ".join(f'"t{n}"' for n in range(tasks))
+    return f"""
+from spawnflow import CommandTask, Dag
+{extra}
+with Dag("{dag_id}", tags=["test"]):
+    for name in [{names}]:
+        CommandTask(name, "true")
+"""
+
+
+HANG = "import time\ntime.sleep(600)\n"
+SEGFAULT = "import ctypes\nctypes.string_at(0)\n"
+OS_EXIT = "import os\nos._exit(7)\n"
+SYS_EXIT = "import sys\nsys.exit(3)\n"
+KILLED = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+SYNTAX_ERROR = "from spawnflow import Dag\ndef broken(:\n    pass\n"
+MISSING_MODULE = "import no_such_module_for_spawnflow\n"
+THREAD_AT_IMPORT = good(
+    "threaded",
+    extra="import threading, time\nthreading.Thread(target=time.sleep, args=(600,)).start()",
+)
+FORK_AT_IMPORT = good("forked", extra="import os\nos.fork()  # both copies go on importing")
+COUNTS_IMPORTS = """
+import os
+from spawnflow import CommandTask, Dag
+with open(os.environ.get("COUNTER", "") or __file__ + ".count", "a") as counter:
+    counter.write("imported\\n")
+with Dag("{dag_id}"):
+    CommandTask("t", "true")
+"""
+REPORTS_SQLALCHEMY = """
+import sys
+from spawnflow import CommandTask, Dag
+loaded = sorted(name for name in sys.modules if name.split(".")[0] == "sqlalchemy")
+with Dag("modules", description=",".join(loaded) or "none"):
+    CommandTask("t", "true")
+"""
+
+
+def connects_to(url: str) -> str:
+    """A Dag file that opens (and keeps) a database connection at import."""
+    return good(
+        "connected",
+        extra=(
+            "import sqlalchemy\n"
+            f"engine = sqlalchemy.create_engine({url!r})\n"
+            "connection = engine.connect()\n"
+            "connection.execute(sqlalchemy.text('SELECT 1'))"
+        ),
+    )
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

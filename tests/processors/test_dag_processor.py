@@ -1,0 +1,324 @@
+"""The Dag processor under each start method: what it stores, and what it survives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from spawnflow.bootstrap import orm
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
+from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+from spawnflow.sdk import serialize
+from tests.processors import dagfiles
+
+pytestmark = pytest.mark.process
+POSIX = platforms.current().process_groups
+
+
+@pytest.fixture
+def dags_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    return folder
+
+
+def settings_factory(make_settings, dags_folder: Path, url: str):
+    """``make(**extra)``: settings for a processor over ``dags_folder``, on a fresh ``url``."""
+    from spawnflow.models import schema
+
+    def make(**extra):
+        values = {
+            "database.url": url,
+            "core.dags_folder": str(dags_folder),
+            "core.load_examples": "false",
+            "dag_processor.parsing_processes": "2",
+            "dag_processor.file_parsing_timeout": "20",
+            **extra,
+        }
+        return make_settings(**values)
+
+    make()
+    schema.reset(url)
+    return make
+
+
+@pytest.fixture
+def processor_settings(make_settings, dags_folder, database_url):
+    """On each database backend: where what the processor stores matters."""
+    return settings_factory(make_settings, dags_folder, database_url)
+
+
+@pytest.fixture
+def sqlite_processor_settings(make_settings, dags_folder, tmp_path):
+    """On SQLite only: for what a Dag file does to its parser, which no database changes."""
+    return settings_factory(make_settings, dags_folder, f"sqlite:///{tmp_path.as_posix()}/p.db")
+
+
+def run_once(settings, method: str):
+    return DagFileProcessorManager(settings, method=method).run(once=True)[0]
+
+
+def import_errors() -> dict[str, str]:
+    with orm.session_scope() as session:
+        rows = session.scalars(select(ImportErrorModel))
+        return {Path(row.fileloc).name: row.error for row in rows}
+
+
+def stored_dags() -> dict[str, DagModel]:
+    with orm.session_scope() as session:
+        return {row.dag_id: row for row in session.scalars(select(DagModel))}
+
+
+def serialized(dag_id: str) -> tuple[serialize.SerializedDag, SerializedDagModel]:
+    with orm.session_scope() as session:
+        row = session.get(SerializedDagModel, dag_id)
+        return serialize.decode(row.data).dag, row
+
+
+# -- on every database ----------------------------------------------------------------
+
+
+def test_one_pass_stores_dags_errors_and_stats(start_method, processor_settings, dags_folder):
+    settings = processor_settings()
+    dagfiles.write(dags_folder, "good.py", dagfiles.good("good", tasks=3))
+    dagfiles.write(dags_folder, "nested/other.py", dagfiles.good("other"))
+    dagfiles.write(dags_folder, "broken.py", dagfiles.SYNTAX_ERROR)
+    dagfiles.write(dags_folder, "helpers/ignored.py", "raise RuntimeError('never imported')")
+    dagfiles.write(dags_folder, ".spawnflowignore", "helpers/\n")
+
+    summary = run_once(settings, start_method)
+
+    assert (summary.files, summary.parsed, summary.dags) == (3, 3, 2)
+    assert set(stored_dags()) == {"good", "other"}
+    document, _ = serialized("good")
+    assert [t.task_id for t in document.tasks] == ["t0", "t1", "t2"]
+    assert document.fileloc == str(dags_folder / "good.py")
+    errors = import_errors()
+    assert set(errors) == {"broken.py"}
+    assert "SyntaxError" in errors["broken.py"]
+    with orm.session_scope() as session:
+        stats = {Path(r.fileloc).name: r for r in session.scalars(select(DagFileModel))}
+    assert {name: (s.outcome, s.dag_count) for name, s in stats.items()} == {
+        "good.py": ("ok", 1), "other.py": ("ok", 1), "broken.py": ("import error", 0),
+    }  # fmt: skip
+
+
+def test_changed_files_are_parsed_again_and_unchanged_dags_are_not_rewritten(
+    start_method, processor_settings, dags_folder
+):
+    settings = processor_settings(**{"dag_processor.refresh_interval": "0"})
+    changing = dagfiles.write(dags_folder, "changing.py", dagfiles.good("changing", tasks=1))
+    dagfiles.write(dags_folder, "steady.py", dagfiles.good("steady"))
+    manager = DagFileProcessorManager(settings, method=start_method)
+    manager.run_pass()
+    _, steady_before = serialized("steady")
+
+    changing.write_text(dagfiles.good("changing", tasks=2))
+    manager.run_pass()
+
+    document, _ = serialized("changing")
+    assert [t.task_id for t in document.tasks] == ["t0", "t1"]
+    _, steady_after = serialized("steady")
+    assert steady_after.last_updated == steady_before.last_updated  # parsed, not rewritten
+    assert steady_after.dag_hash == steady_before.dag_hash
+
+
+def test_a_deleted_file_or_dropped_dag_makes_its_dags_inactive(
+    start_method, processor_settings, dags_folder
+):
+    settings = processor_settings(**{"dag_processor.refresh_interval": "0"})
+    doomed = dagfiles.write(dags_folder, "doomed.py", dagfiles.good("doomed"))
+    two = dagfiles.write(dags_folder, "two.py", dagfiles.good("first") + dagfiles.good("second"))
+    manager = DagFileProcessorManager(settings, method=start_method)
+    manager.run_pass()
+    assert {d for d, m in stored_dags().items() if m.is_active} == {"doomed", "first", "second"}
+
+    doomed.unlink()
+    two.write_text(dagfiles.good("first"))
+    summary = manager.run_pass()
+
+    assert summary.forgotten == [str(doomed)]
+    assert {d: m.is_active for d, m in stored_dags().items()} == {
+        "doomed": False, "first": True, "second": False,
+    }  # fmt: skip
+    with orm.session_scope() as session:
+        assert {Path(r.fileloc).name for r in session.scalars(select(DagFileModel))} == {"two.py"}
+
+
+def test_a_dag_id_defined_by_two_files_is_an_error_naming_both(
+    start_method, processor_settings, dags_folder
+):
+    settings = processor_settings(**{"dag_processor.refresh_interval": "0"})
+    paths = [
+        dagfiles.write(dags_folder, "a_first.py", dagfiles.good("shared")),
+        dagfiles.write(dags_folder, "b_second.py", dagfiles.good("shared")),
+    ]
+    manager = DagFileProcessorManager(settings, method=start_method)
+    manager.run_pass()
+
+    # The file whose result was stored first owns the id (files parse in parallel).
+    owner = Path(stored_dags()["shared"].fileloc)
+    (other,) = [p for p in paths if p != owner]
+    expected = {other.name: f"Dag 'shared' in {other} is already defined in {owner}"}
+    assert import_errors() == expected
+    manager.run_pass()  # and keeps it
+    assert Path(stored_dags()["shared"].fileloc) == owner
+    assert import_errors() == expected
+
+
+def test_a_file_that_connects_to_the_database_at_import_disturbs_nothing(
+    start_method, processor_settings, dags_folder, database_url
+):
+    settings = processor_settings()
+    dagfiles.write(dags_folder, "connected.py", dagfiles.connects_to(database_url))
+    dagfiles.write(dags_folder, "plain.py", dagfiles.good("plain"))
+    with orm.session_scope() as session:  # the manager's pool holds a connection already
+        held = orm.server_connection_id(session.connection())
+
+    summary = run_once(settings, start_method)
+
+    assert summary.errors == {}
+    assert set(stored_dags()) == {"connected", "plain"}
+    with orm.session_scope() as session:
+        assert orm.server_connection_id(session.connection()) == held
+
+
+# -- what a Dag file can do to its parser (SQLite: the database does not matter here) ----
+
+
+CRASHES = [
+    ("os_exit.py", dagfiles.OS_EXIT, "exited with code 7 before it reported its Dags"),
+    ("killed.py", dagfiles.KILLED, "killed by SIGKILL before it reported its Dags"),
+    ("segfault.py", dagfiles.SEGFAULT, "killed by SIGSEGV before it reported its Dags"),
+    ("sys_exit.py", dagfiles.SYS_EXIT, "called sys.exit(3) while being imported"),
+    ("missing.py", dagfiles.MISSING_MODULE, "No module named 'no_such_module_for_spawnflow'"),
+]
+
+
+@pytest.mark.skipif(not POSIX, reason="signals and segfaults are reported this way on POSIX")
+def test_crashes_are_import_errors_and_the_manager_carries_on(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    for name, text, _ in CRASHES:
+        dagfiles.write(dags_folder, name, text)
+    dagfiles.write(dags_folder, "survivor.py", dagfiles.good("survivor"))
+
+    summary = run_once(settings, start_method)
+
+    errors = import_errors()
+    for name, _, expected in CRASHES:
+        assert expected in errors[name], errors[name]
+    assert (summary.parsed, set(stored_dags())) == (len(CRASHES) + 1, {"survivor"})
+    if start_method != "fork":  # our own frames are left out of a Dag file's traceback
+        assert "spawnflow/processors" not in errors["missing.py"]
+
+
+def test_a_hanging_file_is_stopped_and_the_timeout_recorded(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings(**{"dag_processor.file_parsing_timeout": "1"})
+    hanging = dagfiles.write(dags_folder, "hanging.py", dagfiles.HANG)
+    dagfiles.write(dags_folder, "quick.py", dagfiles.good("quick"))
+
+    run_once(settings, start_method)
+
+    assert import_errors() == {"hanging.py": f"{hanging} timed out after 1 seconds of parsing"}
+    assert set(stored_dags()) == {"quick"}
+
+
+def test_threads_and_forks_at_import_do_not_hold_up_the_manager(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings(**{"dag_processor.file_parsing_timeout": "60"})
+    dagfiles.write(dags_folder, "threaded.py", dagfiles.THREAD_AT_IMPORT)
+    if POSIX:
+        dagfiles.write(dags_folder, "forked.py", dagfiles.FORK_AT_IMPORT)
+
+    summary = run_once(settings, start_method)
+
+    assert summary.errors == {}
+    assert set(stored_dags()) == ({"threaded", "forked"} if POSIX else {"threaded"})
+    with orm.session_scope() as session:
+        durations = [r.duration for r in session.scalars(select(DagFileModel))]
+    assert all(d < 30 for d in durations), durations  # nobody waited for the 600 s thread
+
+
+def test_once_parses_each_file_exactly_once(start_method, sqlite_processor_settings, dags_folder):
+    settings = sqlite_processor_settings()
+    counters = []
+    for n in range(5):
+        path = dagfiles.write(
+            dags_folder, f"counted_{n}.py", dagfiles.COUNTS_IMPORTS.format(dag_id=f"c{n}")
+        )
+        counters.append(Path(f"{path}.count"))
+
+    run_once(settings, start_method)
+
+    assert [c.read_text().splitlines() for c in counters] == [["imported"]] * 5
+
+
+def test_the_parser_imports_no_sqlalchemy(start_method, sqlite_processor_settings, dags_folder):
+    import sys
+
+    settings = sqlite_processor_settings()
+    dagfiles.write(dags_folder, "modules.py", dagfiles.REPORTS_SQLALCHEMY)
+
+    run_once(settings, start_method)
+
+    loaded = stored_dags()["modules"].description
+    if start_method == "fork":
+        # A fork child is a copy of the manager, which holds the engine: it has what
+        # the manager had, and imported no more of it.
+        ours = sorted(name for name in sys.modules if name.split(".")[0] == "sqlalchemy")
+        assert loaded.split(",") == ours
+    else:
+        assert loaded == "none"
+
+
+def test_tags_and_schedules_are_stored_for_listing(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings(**{"core.load_examples": "true"})
+
+    run_once(settings, start_method)
+
+    dags = stored_dags()
+    assert {d: (m.schedule, json.loads(m.tags)) for d, m in dags.items()} == {
+        "example_etl": ("@daily", ["example"]),
+        "example_command": ("0 6 * * 1-5", ["example"]),
+        "example_fan_out_in": ("6:00:00", ["example"]),
+    }
+
+
+def test_new_dags_can_start_paused(start_method, sqlite_processor_settings, dags_folder):
+    settings = sqlite_processor_settings(**{"core.dags_are_paused_at_creation": "true"})
+    dagfiles.write(dags_folder, "fresh.py", dagfiles.good("fresh"))
+    run_once(settings, start_method)
+    assert stored_dags()["fresh"].is_paused is True
+
+
+def test_two_dags_with_one_id_in_one_file_is_an_import_error(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    twice = dagfiles.write(dags_folder, "twice.py", dagfiles.good("same") + dagfiles.good("same"))
+    run_once(settings, start_method)
+    assert import_errors() == {"twice.py": f"{twice}: Dag 'same' is defined twice in this file"}
+    assert stored_dags() == {}
+
+
+def test_num_runs_makes_that_many_passes(start_method, sqlite_processor_settings, dags_folder):
+    settings = sqlite_processor_settings(
+        **{"dag_processor.refresh_interval": "0", "dag_processor.poll_interval": "0.1"}
+    )
+    counted = dagfiles.write(dags_folder, "counted.py", dagfiles.COUNTS_IMPORTS.format(dag_id="c"))
+
+    summaries = DagFileProcessorManager(settings, method=start_method).run(num_runs=3)
+
+    assert len(summaries) == 3
+    assert Path(f"{counted}.count").read_text().splitlines() == ["imported"] * 3
