@@ -179,3 +179,17 @@ def migrated_database(database_url: str, make_settings: Callable[..., Settings])
     snapshot = make_settings(**{"database.url": database_url})
     schema.reset(database_url)
     return snapshot
+
+
+@pytest.fixture
+def empty_database_url(database_url: str) -> str:
+    """``database_url`` with no tables: other tests on this worker may have migrated it."""
+    if not database_url.startswith("sqlite"):
+        engine = sa.create_engine(database_url)
+        try:
+            metadata = sa.MetaData()
+            metadata.reflect(engine)
+            metadata.drop_all(engine)
+        finally:
+            engine.dispose()
+    return database_url

@@ -23,6 +23,7 @@ from typing import Any
 _role = "unconfigured"
 _log_file: Path | None = None
 _structlog_configured = False
+_handlers: list[logging.Handler] = []
 
 
 def _add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -122,6 +123,7 @@ def configure(
     for handler in list(root.handlers):
         root.removeHandler(handler)
         handler.close()
+    _handlers.clear()
 
     levels = []
     if log_file is not None:
@@ -131,12 +133,14 @@ def configure(
         handler.setLevel(level)
         handler.setFormatter(_DeferredFormatter(json_lines=True))
         root.addHandler(handler)
+        _handlers.append(handler)
         levels.append(logging.getLevelName(level))
     if console:
         handler = logging.StreamHandler(sys.stderr)
         handler.setLevel(console_level or level)
         handler.setFormatter(_DeferredFormatter(json_lines=False))
         root.addHandler(handler)
+        _handlers.append(handler)
         levels.append(logging.getLevelName(console_level or level))
     root.setLevel(min(levels) if levels else logging.WARNING)
     if "structlog" in sys.modules:
@@ -154,6 +158,15 @@ def _is_tty(stream: Any) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def flush() -> None:
+    """Flush the handlers this module installed (and only those)."""
+    for handler in _handlers:
+        try:
+            handler.flush()
+        except (OSError, ValueError):
+            pass
 
 
 def current_role() -> str:

@@ -85,6 +85,32 @@ class Platform(msgspec.Struct, frozen=True):
         # signal will ever come, so look for ourselves.
         return _pid_alive(parent_pid)
 
+    def adopt_orphans(self) -> None:
+        """Make orphaned descendants of this process come back to it (Linux).
+
+        A descendant whose parent dies is normally re-parented to init, out of our
+        tree, where no tree walk finds it. As a "child subreaper" this process
+        inherits such orphans instead, so :meth:`kill_descendants` can reach them.
+        Elsewhere there is no such thing; the walk sees what is still attached.
+        """
+        if not self.parent_death_signal:  # the Linux-only prctl family
+            return
+        import ctypes
+
+        pr_set_child_subreaper = 36
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+    def kill_descendants(self) -> None:
+        """Kill every process below this one (before this one leaves)."""
+        import psutil
+
+        try:
+            descendants = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return
+        if descendants:
+            self.kill_tree(descendants)
+
     def interrupt_main_thread(self) -> None:
         """From another thread, run the main thread's SIGINT handler as soon as possible.
 

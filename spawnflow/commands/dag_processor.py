@@ -36,14 +36,12 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
     except lifecycle.WarmStop:
         click.echo("Stopped.", err=True)
         raise click.exceptions.Exit(130) from None
-    if once or num_runs:
-        files = summaries[-1].files if summaries else 0
+    if summaries:
+        last = summaries[-1]
         parsed = sum(s.parsed for s in summaries)
-        dags = summaries[-1].dags if summaries else 0
-        errors = summaries[-1].errors if summaries else {}
         click.echo(
-            f"{len(summaries)} pass(es): {parsed} file(s) parsed of {files}, {dags} Dag(s), "
-            f"{len(errors)} import error(s)."
+            f"{len(summaries)} pass(es), {parsed} parse(s) of {last.files} file(s); now "
+            f"{last.dags} Dag(s) and {len(last.errors)} import error(s)."
         )
-        for path, error in sorted(errors.items()):
+        for path, error in sorted(last.errors.items()):
             click.echo(f"{path}: {error.splitlines()[-1]}", err=True)

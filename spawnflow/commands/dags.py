@@ -15,6 +15,15 @@ def dags_group() -> None:
     """Work with the Dags the Dag processor found."""
 
 
+def _utc(moment) -> str:
+    """A stored time in UTC: PostgreSQL answers in the session's zone, SQLite naive."""
+    import datetime as dt
+
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}"
+
+
 def _where(path: str) -> str:
     """A Dag file's path, shortened under the current folder."""
     try:
@@ -89,7 +98,7 @@ def list_import_errors_command(state: State) -> None:
         click.echo("No import errors.")
         return
     for error in errors:
-        click.echo(f"{error.fileloc} ({error.timestamp:%Y-%m-%d %H:%M:%S}):")
+        click.echo(f"{error.fileloc} ({_utc(error.timestamp)} UTC):")
         click.echo("  " + error.error.replace("\n", "\n  "))
         click.echo()
     raise click.exceptions.Exit(1)
@@ -104,7 +113,7 @@ def report_command(state: State) -> None:
     state.database()
     rows = [
         [_where(row.fileloc), f"{row.duration:.3f}", str(row.dag_count), row.outcome,
-         f"{row.last_parsed:%Y-%m-%d %H:%M:%S}"]
+         _utc(row.last_parsed)]
         for row in dags.report()
     ]  # fmt: skip
     if not rows:
@@ -155,7 +164,8 @@ def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
         startmethods.check(method)
     chosen = list(methods) or list(startmethods.available())
     timeout = settings.dag_processor.file_parsing_timeout
-    results = dags.check_file(str(file.absolute()), chosen, timeout)
+    folder = str(settings.core.dags_folder)
+    results = dags.check_file(str(file.resolve()), chosen, timeout, folder)
     rows = [
         [r.method, "ok" if r.ok else "FAIL", str(len(r.dags)), str(r.tasks), f"{r.seconds:.2f}"]
         for r in results
@@ -168,5 +178,8 @@ def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
     for sentence in found:
         click.echo(f"Difference: {sentence}.", err=True)
     if found or not all(r.ok for r in results):
+        raise click.exceptions.Exit(1)
+    if not any(r.dags for r in results):
+        click.echo(f"{file} defines no Dag under any start method.", err=True)
         raise click.exceptions.Exit(1)
     click.echo("Same result under every start method.")

@@ -1,6 +1,7 @@
 """The declarative base, with constraint names that are the same on every database."""
 
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, String
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase
 
 # Named constraints let Alembic alter and drop them on SQLite, PostgreSQL and MySQL alike.
@@ -11,6 +12,14 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+#: Names users choose (Dag, run and task ids, keys): compared case-sensitively on every
+#: database. MySQL and MariaDB compare text case-insensitively by default, which would
+#: make ``Sales`` and ``sales`` one Dag.
+Identifier = String(250).with_variant(
+    mysql.VARCHAR(250, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb"
+)
 
 
 class Base(DeclarativeBase):

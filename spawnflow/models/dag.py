@@ -13,7 +13,7 @@ from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Te
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import Mapped, mapped_column
 
-from spawnflow.models.base import Base
+from spawnflow.models.base import Base, Identifier
 from spawnflow.models.job import utcnow
 
 #: Text that may be large: MySQL's TEXT stops at 64 KiB.
@@ -30,7 +30,7 @@ class DagModel(Base):
 
     __tablename__ = "dag"
 
-    dag_id: Mapped[str] = mapped_column(String(250), primary_key=True)
+    dag_id: Mapped[str] = mapped_column(Identifier, primary_key=True)
     fileloc: Mapped[str] = mapped_column(String(1000))
     is_paused: Mapped[bool] = mapped_column(Boolean, default=False)
     is_active: Mapped[bool] = mapped_column(Boolean, default=True, index=True)
@@ -48,7 +48,7 @@ class SerializedDagModel(Base):
     __tablename__ = "serialized_dag"
 
     dag_id: Mapped[str] = mapped_column(
-        String(250), ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+        Identifier, ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
     )
     data: Mapped[str] = mapped_column(LongText)
     dag_hash: Mapped[str] = mapped_column(String(64))

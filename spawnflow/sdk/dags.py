@@ -92,6 +92,8 @@ class Dag:
             self.schedule = schedules.parse(schedule)
             self.start_date = schedules.aware(start_date, "start_date")
             self.end_date = schedules.aware(end_date, "end_date")
+            # Cron schedules run in the start date's zone, daylight saving included.
+            self.timezone = schedules.zone_name(self.start_date.tzinfo if self.start_date else None)
             if self.schedule.kind not in ("manual",) and self.start_date is None:
                 raise ValueError(
                     f"a Dag with schedule {self.schedule.describe()!r} needs a start_date"

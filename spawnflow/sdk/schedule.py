@@ -86,6 +86,36 @@ def check_cron(expression: str) -> None:
         ) from None
 
 
+def zone_name(zone: dt.tzinfo | None) -> str:
+    """A name that :func:`zone_from_name` turns back into the same time zone."""
+    if zone is None or zone is UTC:
+        return "UTC"
+    key = getattr(zone, "key", None) or getattr(zone, "zone", None)  # zoneinfo, pytz
+    if key:
+        return key
+    offset = zone.utcoffset(None)
+    if offset is not None:  # a fixed offset such as dt.timezone(dt.timedelta(hours=2))
+        if not offset:
+            return "UTC"
+        sign, offset = ("-", -offset) if offset < dt.timedelta(0) else ("+", offset)
+        hours, rest = divmod(int(offset.total_seconds()), 3600)
+        return f"{sign}{hours:02}:{rest // 60:02}"
+    raise ValueError(f"time zone {zone!r} has no name spawnflow can store; use zoneinfo")
+
+
+def zone_from_name(name: str) -> dt.tzinfo:
+    """The time zone that :func:`zone_name` named."""
+    if name == "UTC":
+        return UTC
+    if name[:1] in "+-" and ":" in name:
+        hours, minutes = name[1:].split(":")
+        offset = dt.timedelta(hours=int(hours), minutes=int(minutes))
+        return dt.timezone(offset if name[0] == "+" else -offset)
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(name)
+
+
 def aware(moment: dt.datetime | None, what: str) -> dt.datetime | None:
     """``moment`` with a time zone: naive datetimes are taken as UTC."""
     if moment is None:

@@ -38,6 +38,8 @@ class SerializedDag(msgspec.Struct, frozen=True):
     schedule: Schedule
     start_date: dt.datetime | None
     end_date: dt.datetime | None
+    #: The zone cron schedules run in (an IANA name, ``UTC`` or ``+HH:MM``).
+    timezone: str
     catchup: bool
     tags: list[str]
     params: dict[str, Any]
@@ -73,6 +75,7 @@ def serialize(dag: Dag) -> SerializedDag:
         schedule=dag.schedule,
         start_date=dag.start_date,
         end_date=dag.end_date,
+        timezone=dag.timezone,
         catchup=dag.catchup,
         tags=list(dag.tags),
         params={key: to_json(value) for key, value in dag.params.items()},

@@ -95,11 +95,11 @@ class Task:
     # -- dependencies ---------------------------------------------------------------
 
     def set_downstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other):
+        for task in _tasks(other, of=self):
             self.dag.add_dependency(self, task)
 
     def set_upstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other):
+        for task in _tasks(other, of=self):
             self.dag.add_dependency(task, self)
 
     def __rshift__(self, other):
@@ -179,7 +179,7 @@ class PythonTask(Task):
     def __init__(self, task_id: str, python_callable: Callable[..., Any], *, op_args: Sequence = (),
                  op_kwargs: dict[str, Any] | None = None, **kwargs: Any):  # fmt: skip
         if not callable(python_callable):
-            raise TypeError(f"python_callable of task {task_id!r} must be callable")
+            raise _definition_error(kwargs, task_id, "python_callable must be callable")
         self.python_callable = python_callable
         super().__init__(task_id, **kwargs)
         self._take_arguments(op_args, op_kwargs)
@@ -202,7 +202,9 @@ class CommandTask(Task):
                  op_args: Sequence = (), op_kwargs: dict[str, Any] | None = None,
                  **kwargs: Any):  # fmt: skip
         if not (isinstance(command, str) and command.strip()) and not callable(command):
-            raise TypeError(f"command of task {task_id!r} must be a non-empty string or a callable")
+            raise _definition_error(
+                kwargs, task_id, "command must be a non-empty string or a callable"
+            )
         self.command = command
         self.env = dict(env or {})
         self.cwd = cwd
@@ -235,7 +237,7 @@ class _TaskDecorator:
         settings = {**self._defaults, **options}
 
         def create(*args: Any, **kwargs: Any) -> XComArg:
-            task_id = settings.get("task_id") or function.__name__
+            task_id = settings.get("task_id") or _free_task_id(function.__name__)
             rest = {k: v for k, v in settings.items() if k != "task_id"}
             if self._factory is CommandTask:
                 created = CommandTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
@@ -280,23 +282,63 @@ def xcom_args(args: Iterable[Any], kwargs: dict[str, Any]) -> list[XComArg]:
 
 
 def to_json(value: Any) -> Any:
-    """A JSON-ready description of an argument (XComArgs as references, others as-is or repr)."""
+    """A JSON-ready, stable description of an argument.
+
+    XComArgs become references; JSON types stay; sets are sorted; anything else is
+    named by its type only. A repr would carry memory addresses or hash-dependent
+    order, and the same Dag would serialize differently in every process.
+    """
     if isinstance(value, XComArg):
         return value.to_json()
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):
         return [to_json(item) for item in value]
-    if isinstance(value, dict) and all(isinstance(key, str) for key in value):
-        return {key: to_json(item) for key, item in value.items()}
-    return {"__repr__": repr(value)}
+    if isinstance(value, set | frozenset):
+        return sorted((to_json(item) for item in value), key=_stable_key)
+    if isinstance(value, dict):
+        if all(isinstance(key, str) for key in value):
+            return {key: to_json(item) for key, item in value.items()}
+        pairs = [[to_json(key), to_json(item)] for key, item in value.items()]
+        return {"__pairs__": sorted(pairs, key=_stable_key)}
+    kind = type(value)
+    return {"__object__": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _stable_key(item: Any) -> str:
+    import json
+
+    return json.dumps(item, sort_keys=True)
+
+
+def _free_task_id(name: str) -> str:
+    """``name``, or ``name__1``, ``name__2``... when a @task function is called again."""
+    from spawnflow.sdk.dags import current_dag
+
+    dag = current_dag()
+    if dag is None or name not in dag.task_dict:
+        return name
+    number = 1
+    while f"{name}__{number}" in dag.task_dict:
+        number += 1
+    return f"{name}__{number}"
 
 
 def _name_of(function: Callable[..., Any]) -> str:
     return f"{function.__module__}.{getattr(function, '__qualname__', repr(function))}"
 
 
-def _tasks(other: Any) -> list[Task]:
+def _definition_error(kwargs: dict[str, Any], task_id: str, problem: str) -> Exception:
+    """A DagDefinitionError naming the Dag the task would belong to, if there is one."""
+    from spawnflow.sdk.dags import current_dag
+
+    dag = kwargs.get("dag") or current_dag()
+    if dag is None:
+        return DagDefinitionError(f"task {task_id!r}: {problem}")
+    return dag.definition_error(problem, task_id)
+
+
+def _tasks(other: Any, of: Task | None = None) -> list[Task]:
     items = other if isinstance(other, list | tuple | set) else [other]
     tasks = []
     for item in items:
@@ -304,6 +346,11 @@ def _tasks(other: Any) -> list[Task]:
             tasks.append(item.task)
         elif isinstance(item, Task):
             tasks.append(item)
+        elif of is not None:
+            raise of.dag.definition_error(
+                f"cannot set a dependency on {type(item).__name__} {item!r}: not a task",
+                of.task_id,
+            )
         else:
             raise TypeError(f"cannot set a dependency on {item!r}: not a task")
     return tasks

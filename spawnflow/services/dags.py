@@ -90,8 +90,10 @@ class MethodParse:
     seconds: float
 
 
-def check_file(path: str, methods: list[str], timeout: float) -> list[MethodParse]:
-    """Parse ``path`` in a file-parser child under each of ``methods``."""
+def check_file(
+    path: str, methods: list[str], timeout: float, dags_folder: str | None = None
+) -> list[MethodParse]:
+    """Parse ``path`` in a file-parser child under each of ``methods``, as the processor would."""
     import time
 
     from spawnflow.bootstrap import launcher
@@ -101,7 +103,9 @@ def check_file(path: str, methods: list[str], timeout: float) -> list[MethodPars
     results = []
     for method in methods:
         started = time.monotonic()
-        spec = launcher.ChildSpec("file-parser", PARSER_TARGET, {"path": path})
+        spec = launcher.ChildSpec(
+            "file-parser", PARSER_TARGET, {"path": path, "dags_folder": dags_folder}
+        )
         child = launcher.launch(spec, method=method)
         message, error = None, None
         try:

@@ -114,7 +114,8 @@ def test_config_reference_prints_the_settings_table():
     assert run("config", "reference").output.strip() == settings_table.render_markdown()
 
 
-def test_db_migrate_check_and_reset(database_url, db_backend):
+def test_db_migrate_check_and_reset(empty_database_url, db_backend):
+    database_url = empty_database_url
     url = ("--database-url", database_url)
     unmigrated = run(*url, "db", "check")
     # A SQLite file that does not exist yet is reported, not created empty.

@@ -55,7 +55,9 @@ def test_once_then_list_show_report_and_import_errors(project, start_method):
 
     once = run("dag-processor", "--once", env=project)
     assert once.exit_code == 0, once.output
-    assert once.stdout.strip() == "1 pass(es): 2 file(s) parsed of 2, 1 Dag(s), 1 import error(s)."
+    assert once.stdout.strip() == (
+        "1 pass(es), 2 parse(s) of 2 file(s); now 1 Dag(s) and 1 import error(s)."
+    )
 
     listed = run("dags", "list", env=project).stdout.splitlines()
     assert listed[0].split() == ["dag_id", "schedule", "paused", "active", "tags", "file"]
@@ -154,3 +156,16 @@ def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
     assert "Traceback" not in err
     _, alive = psutil.wait_procs(family, timeout=30)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
+def test_check_loads_helpers_from_the_dags_folder_and_flags_a_file_without_dags(project, tmp_path):
+    dagfiles.write(folder(project), "common.py", "TAGS = ['shared']\n")
+    uses_helper = dagfiles.write(
+        tmp_path, "uses_helper.py", "from common import TAGS\n" + dagfiles.good("helped")
+    )
+    assert run("dags", "check", str(uses_helper), "--method", "spawn", env=project).exit_code == 0
+
+    empty = dagfiles.write(tmp_path, "empty.py", "X = 1\n")
+    result = run("dags", "check", str(empty), "--method", "spawn", env=project)
+    assert result.exit_code == 1
+    assert f"{empty} defines no Dag under any start method." in result.stderr

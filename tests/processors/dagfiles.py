@@ -17,7 +17,8 @@ with Dag("{dag_id}", tags=["test"]):
 
 
 HANG = "import time\ntime.sleep(600)\n"
-SEGFAULT = "import ctypes\nctypes.string_at(0)\n"
+# faulthandler off: pytest turns it on, a fork parser inherits it, and its dump is noise.
+SEGFAULT = "import ctypes, faulthandler\nfaulthandler.disable()\nctypes.string_at(0)\n"
 OS_EXIT = "import os\nos._exit(7)\n"
 SYS_EXIT = "import sys\nsys.exit(3)\n"
 KILLED = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
@@ -63,3 +64,55 @@ def write(folder: Path, name: str, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+HELPER_NAMED_LIKE_STDLIB = (
+    "raise RuntimeError('a Dags-folder helper shadowed the standard library')\n"
+)
+
+HELPER_MODULE_WITH_DAG = good("helper_dag")
+
+IMPORTS_HELPER = """
+import z_helper  # builds its own Dag, which stays the helper's
+from spawnflow import CommandTask, Dag
+with Dag("importer"):
+    CommandTask("t", "true")
+"""
+
+SLOW_HANDLER = """
+import logging
+from spawnflow import CommandTask, Dag
+
+class Slow(logging.Handler):
+    def emit(self, record):
+        pass
+    def close(self):
+        open(__file__ + ".closed", "w").close()  # the parser must not call this
+
+logging.getLogger().addHandler(Slow())
+with Dag("handler"):
+    CommandTask("t", "true")
+"""
+
+LEAVES_A_DAEMON = """
+import subprocess
+from spawnflow import CommandTask, Dag
+daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)
+open(__file__ + ".pid", "w").write(str(daemon.pid))
+with Dag("daemon"):
+    CommandTask("t", "true")
+"""
+
+UNSTABLE_REPRS = """
+from spawnflow import Dag, task
+
+class Thing:
+    pass
+
+with Dag("reprs"):
+    @task
+    def use(things, names):
+        return None
+
+    use(Thing(), {"alpha", "beta", "gamma", "delta"})
+"""

@@ -322,3 +322,113 @@ def test_num_runs_makes_that_many_passes(start_method, sqlite_processor_settings
 
     assert len(summaries) == 3
     assert Path(f"{counted}.count").read_text().splitlines() == ["imported"] * 3
+
+
+def test_dag_ids_that_differ_only_in_case_are_two_dags(
+    start_method, processor_settings, dags_folder
+):
+    settings = processor_settings()
+    dagfiles.write(dags_folder, "cases.py", dagfiles.good("Sales") + dagfiles.good("sales", 2))
+    run_once(settings, start_method)
+    assert set(stored_dags()) == {"Sales", "sales"}
+    assert [t.task_id for t in serialized("sales")[0].tasks] == ["t0", "t1"]
+
+
+def test_a_helper_named_like_a_standard_module_breaks_nothing(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    (dags_folder / ".spawnflowignore").write_text("resource.py\n")
+    dagfiles.write(dags_folder, "resource.py", dagfiles.HELPER_NAMED_LIKE_STDLIB)
+    dagfiles.write(dags_folder, "good.py", dagfiles.good("good"))
+    summary = run_once(settings, start_method)
+    assert (summary.errors, set(stored_dags())) == ({}, {"good"})
+
+
+def test_a_dag_built_by_an_imported_helper_stays_the_helpers(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    importer = dagfiles.write(dags_folder, "a_importer.py", dagfiles.IMPORTS_HELPER)
+    helper = dagfiles.write(dags_folder, "z_helper.py", dagfiles.HELPER_MODULE_WITH_DAG)
+    summary = run_once(settings, start_method)
+    assert summary.errors == {}
+    dags = stored_dags()
+    assert {d: m.fileloc for d, m in dags.items()} == {
+        "importer": str(importer), "helper_dag": str(helper),
+    }  # fmt: skip
+
+
+def test_the_parser_leaves_the_dag_files_logging_handlers_alone(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    path = dagfiles.write(dags_folder, "handler.py", dagfiles.SLOW_HANDLER)
+    run_once(settings, start_method)
+    assert set(stored_dags()) == {"handler"}
+    assert not Path(f"{path}.closed").exists()
+
+
+@pytest.mark.skipif(not POSIX, reason="start_new_session is POSIX")
+def test_a_process_a_dag_file_leaves_behind_is_killed(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    import psutil
+
+    from tests.process.test_stop import gone
+
+    settings = sqlite_processor_settings()
+    path = dagfiles.write(dags_folder, "daemon.py", dagfiles.LEAVES_A_DAEMON)
+    run_once(settings, start_method)
+    daemon = int(Path(f"{path}.pid").read_text())
+    try:
+        assert gone(daemon), "the daemon a Dag file started outlived its parser"
+    finally:
+        if psutil.pid_exists(daemon):
+            psutil.Process(daemon).kill()
+
+
+def test_an_unchanged_dag_with_unusual_arguments_hashes_the_same_everywhere(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings(**{"dag_processor.refresh_interval": "0"})
+    dagfiles.write(dags_folder, "reprs.py", dagfiles.UNSTABLE_REPRS)
+    manager = DagFileProcessorManager(settings, method=start_method)
+    manager.run_pass()
+    _, first = serialized("reprs")
+    manager.run_pass()
+    manager.run_pass()
+    _, last = serialized("reprs")
+    assert (last.dag_hash, last.last_updated) == (first.dag_hash, first.last_updated)
+    document, _ = serialized("reprs")
+    thing, names = document.task("use").arguments["op_args"]
+    assert thing["__object__"].endswith(".Thing")  # a type name, never a memory address
+    assert names == ["alpha", "beta", "delta", "gamma"]  # sorted, whatever the hash seed
+
+
+@pytest.mark.skipif(not POSIX, reason="symbolic links")
+def test_a_symlink_loop_in_the_dags_folder_parses_each_file_once(
+    start_method, sqlite_processor_settings, dags_folder
+):
+    settings = sqlite_processor_settings()
+    dagfiles.write(dags_folder, "inner/only.py", dagfiles.good("only"))
+    (dags_folder / "inner" / "loop").symlink_to(dags_folder)
+    summary = run_once(settings, start_method)
+    assert (summary.files, summary.errors, set(stored_dags())) == (1, {}, {"only"})
+
+
+def test_a_dag_that_moves_to_another_file_in_one_pass_follows_it(
+    start_method, processor_settings, dags_folder
+):
+    settings = processor_settings(**{"dag_processor.refresh_interval": "0"})
+    old = dagfiles.write(dags_folder, "z_old.py", dagfiles.good("moving"))
+    manager = DagFileProcessorManager(settings, method=start_method)
+    manager.run_pass()
+
+    old.write_text(dagfiles.good("staying"))
+    new = dagfiles.write(dags_folder, "a_new.py", dagfiles.good("moving"))
+    summary = manager.run_pass()
+
+    assert summary.errors == {}
+    assert stored_dags()["moving"].fileloc == str(new)
+    assert stored_dags()["moving"].is_active

@@ -175,3 +175,46 @@ def test_built_dags_are_collected_for_the_file_parser():
     assert dags_module.built_dags() == [first, second]
     dags_module.forget_built_dags()
     assert dags_module.built_dags() == []
+
+
+def test_a_start_dates_time_zone_survives_serialization():
+    from zoneinfo import ZoneInfo
+
+    from spawnflow.sdk import serialize
+
+    built = Dag(
+        "paris",
+        schedule="0 6 * * *",
+        start_date=dt.datetime(2026, 1, 1, tzinfo=ZoneInfo("Europe/Paris")),
+    )
+    document = serialize.serialize(built)
+    again = serialize.decode(
+        serialize.encode(serialize.DagDocument(version=1, dag=document, file_hash=""))
+    ).dag
+    assert again.timezone == "Europe/Paris"
+    assert schedule.zone_from_name(again.timezone) == ZoneInfo("Europe/Paris")
+    offset = dt.timezone(dt.timedelta(hours=-3, minutes=-30))
+    assert schedule.zone_from_name(schedule.zone_name(offset)) == offset
+
+
+def test_calling_a_task_function_twice_gives_numbered_task_ids():
+    with Dag("loops") as built:
+
+        @task
+        def step(n: int) -> int:
+            return n
+
+        for n in range(3):
+            step(n)
+    assert list(built.task_dict) == ["step", "step__1", "step__2"]
+
+
+def test_arguments_serialize_the_same_in_every_process():
+    from spawnflow.sdk.tasks import to_json
+
+    class Thing:
+        pass
+
+    assert to_json({"b", "a"}) == ["a", "b"]
+    assert to_json({2: "two", 1: "one"}) == {"__pairs__": [[1, "one"], [2, "two"]]}
+    assert to_json(Thing()) == {"__object__": f"{__name__}.{Thing.__qualname__}"}

@@ -18,10 +18,14 @@ def list_dag_files(folder: Path) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(_walk(folder, []))
+    return sorted(set(_walk(folder.resolve(), [], set())))
 
 
-def _walk(folder: Path, rules: list) -> Iterator[Path]:
+def _walk(folder: Path, rules: list, visited: set[Path]) -> Iterator[Path]:
+    # Symbolic links may point back up the tree: each real folder is walked once.
+    if folder in visited:
+        return
+    visited.add(folder)
     ignore = folder / IGNORE_FILE
     if ignore.is_file():
         import pathspec
@@ -34,9 +38,9 @@ def _walk(folder: Path, rules: list) -> Iterator[Path]:
         if _ignored(entry, rules):
             continue
         if entry.is_dir():
-            yield from _walk(entry, rules)
+            yield from _walk(entry.resolve(), rules, visited)
         elif entry.suffix == ".py" and entry.is_file():
-            yield entry.absolute()
+            yield entry.resolve()
 
 
 def _ignored(entry: Path, rules: list) -> bool:

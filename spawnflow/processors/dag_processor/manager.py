@@ -36,6 +36,7 @@ class PassSummary:
 
     files: int = 0
     parsed: int = 0
+    #: Active Dags and import errors of the present files once the pass was stored.
     dags: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     forgotten: list[str] = field(default_factory=list)
@@ -89,25 +90,33 @@ class DagFileProcessorManager:
             known = store.known_files(session)
         due = present if everything else self._due(present, known)
         summary = PassSummary(files=len(present), forgotten=forgotten)
+        contested = []
         for outcome in self._parse(due):
             if outcome.kind == store.STOPPED:
                 continue  # cut short by a stop, not the file's fault: parse it next time
-            with orm.session_scope() as session:
-                store.record(
-                    session, outcome,
-                    paused_at_creation=self.settings.core.dags_are_paused_at_creation,
-                )  # fmt: skip
+            if self._record(outcome).conflict:
+                contested.append(outcome)
             summary.parsed += 1
-            summary.dags += len(outcome.dags)
             summary.largest_parser_rss = max(summary.largest_parser_rss, outcome.peak_rss or 0)
-            if outcome.error:
-                summary.errors[outcome.path] = outcome.error
+        # A Dag that moved from one file to another in this pass: once every file
+        # has been stored, the file it left no longer holds it.
+        for outcome in contested:
+            self._record(outcome)
+        with orm.session_scope() as session:
+            summary.dags, summary.errors = store.totals(session, present)
         summary.seconds = time.monotonic() - started
         log.info(
             "pass finished", files=summary.files, parsed=summary.parsed, dags=summary.dags,
             errors=len(summary.errors), seconds=round(summary.seconds, 3),
         )  # fmt: skip
         return summary
+
+    def _record(self, outcome: store.Outcome) -> store.Recorded:
+        """Store one file's outcome in a transaction of its own."""
+        with orm.session_scope() as session:
+            return store.record(
+                session, outcome, paused_at_creation=self.settings.core.dags_are_paused_at_creation
+            )
 
     def dag_files(self) -> list[Path]:
         """Every Dag file: the Dags folder's, then the examples' if they are loaded."""
@@ -138,6 +147,8 @@ class DagFileProcessorManager:
 
         waiting = deque(paths)
         running: list[_Parse] = []
+        #: Parsers that answered and are leaving: reaped without holding up the loop.
+        exiting: list[tuple[launcher.Child, float]] = []
         limit = self.settings.dag_processor.parsing_processes
         timeout = self.settings.dag_processor.file_parsing_timeout
         grace_ends: float | None = None
@@ -163,11 +174,29 @@ class DagFileProcessorManager:
                 if outcome is not None:
                     running.remove(parse)
                     finished.append(outcome)
+                    if parse.child.exit_status is None:
+                        exiting.append((parse.child, time.monotonic() + 2.0))
+            exiting = self._reap_exiting(exiting)
             # Refill the free slots before the caller stores the results: the
             # children parse while the manager writes.
             while waiting and len(running) < limit and not lifecycle.stop_requested.is_set():
                 running.append(self._start(waiting.popleft(), timeout))
             yield from finished
+        for child, _ in exiting:
+            if child.join(timeout=2.0) is None:
+                child.stop(grace=0)
+
+    def _reap_exiting(self, exiting: list) -> list:
+        """Reap parsers that left; kill those that outstay their two seconds."""
+        still = []
+        for child, deadline in exiting:
+            if child.join(timeout=0) is not None:
+                continue
+            if time.monotonic() >= deadline:
+                child.stop(grace=0)
+                continue
+            still.append((child, deadline))
+        return still
 
     def _read(self, parse: _Parse) -> store.Outcome | None:
         """The parse's outcome if its result is on the channel (past the boot messages)."""
@@ -217,9 +246,7 @@ class DagFileProcessorManager:
                     "before it reported its Dags",
                 )  # fmt: skip
         if outcome is not None:
-            if child.join(timeout=5) is None:  # the parser leaves right after sending
-                child.stop(grace=1)
-            return outcome
+            return outcome  # the parser leaves right after sending; reaped by the loop
         stopping = grace_ends is not None and now >= grace_ends
         if now >= parse.deadline or stopping:
             status = child.stop(grace=min(5.0, self.settings.core.stop_grace_period))

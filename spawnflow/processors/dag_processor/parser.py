@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import os
 import sys
 import time
@@ -22,44 +21,62 @@ from pathlib import Path
 # its children start with the SDK and the cron parser already loaded.
 import cronsim  # noqa: F401
 
-from spawnflow.bootstrap import lifecycle
-from spawnflow.bootstrap.platform import peak_rss_bytes
+from spawnflow.bootstrap import lifecycle, logs
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.comms.parsing import ParseResult
 from spawnflow.sdk import dags as dag_registry
 from spawnflow.sdk import serialize
 from spawnflow.sdk.tasks import DagDefinitionError
+
+# Whatever answering the manager needs is loaded before any Dag file runs: a helper
+# in the Dags folder named like a standard module (resource.py, say) must not
+# break the answer.
+platforms.peak_rss_bytes()
 
 
 def parse_file(channel, path: str, dags_folder: str | None = None) -> None:
     """Import the Dag file at ``path`` and send its Dags (or its error) to the manager.
 
     Ends the process right after sending: threads the file started are not waited
-    for, and a copy of this process that the file forked at import sends nothing.
+    for, a copy of this process that the file forked at import sends nothing, and
+    processes the file started (even ones that left our tree) are killed first.
     """
     own_pid = os.getpid()
     started = time.perf_counter()
+    # Descendants the Dag file orphans (``setsid ... &``) come back to us to be killed.
+    platforms.current().adopt_orphans()
     try:
         content = Path(path).read_bytes()
     except OSError as error:
         _send(channel, own_pid, path, "", [], f"cannot read {path}: {error.strerror}", started)
         return
-    if dags_folder and dags_folder not in sys.path:
-        # As in Airflow, Dag files may import helpers that sit next to them.
-        sys.path.insert(0, dags_folder)
+    for folder in (dags_folder, str(Path(path).parent)):
+        if folder and folder not in sys.path:
+            # As in Airflow, Dag files may import helpers from the Dags folder. At the
+            # end of the path, so that a helper never hides a standard module.
+            sys.path.append(folder)
     found, error = load_dags(path)
     _send(channel, own_pid, path, serialize.file_hash(content), found, error, started)
 
 
 def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
-    """Import ``path`` and serialize every Dag built while doing so."""
+    """Import ``path`` and serialize the Dags it defines.
+
+    A Dag belongs to the file that built it, or that holds it in a module-level
+    name; a Dag an imported helper module built stays that module's.
+    """
     dag_registry.forget_built_dags()
     module_name = "spawnflow_dagfile_" + hashlib.sha1(path.encode()).hexdigest()[:12]
     try:
         spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            return [], f"{path} is not a Python file"
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
-        built = _unique(dag_registry.built_dags(), path)
+        mine = [d for d in dag_registry.built_dags() if d.fileloc == path]
+        mine += [d for d in dag_registry.iter_dags(vars(module)) if d not in mine]
+        built = _unique(mine, path)
         for dag in built:
             dag.fileloc = path  # the file to import again to run it
             dag.validate()
@@ -98,9 +115,18 @@ def _send(channel, own_pid: int, path: str, file_hash: str, dags: list, error: s
           started: float) -> None:  # fmt: skip
     if os.getpid() != own_pid:
         os._exit(0)  # a copy the Dag file forked at import: only the parser answers
-    channel.send(ParseResult(
-        path=path, file_hash=file_hash, dags=dags, error=error,
-        duration=time.perf_counter() - started, peak_rss=peak_rss_bytes(),
-    ))  # fmt: skip
-    logging.shutdown()
+    platforms.current().kill_descendants()
+    try:
+        result = ParseResult(
+            path=path, file_hash=file_hash, dags=dags, error=error,
+            duration=time.perf_counter() - started, peak_rss=platforms.peak_rss_bytes(),
+        )  # fmt: skip
+        channel.send(result)
+    except Exception as failure:  # noqa: BLE001 - the manager gets a result either way
+        channel.send(ParseResult(
+            path=path, file_hash=file_hash, dags=[], duration=time.perf_counter() - started,
+            error=f"spawnflow could not report the Dags of {path}: {failure!r}",
+        ))  # fmt: skip
+    # Only our own handlers: ones the Dag file installed could block the exit.
+    logs.flush()
     os._exit(lifecycle.EXIT_OK)

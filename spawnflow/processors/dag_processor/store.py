@@ -45,6 +45,16 @@ class Outcome:
 
 
 @dataclass
+class Recorded:
+    """What :func:`record` stored for a file."""
+
+    dags: list[str]
+    error: str | None
+    #: Some Dag ids were taken by another file (which may still give them up).
+    conflict: bool
+
+
+@dataclass
 class FileRecord:
     """What the database says about a file the last time it was parsed."""
 
@@ -64,32 +74,44 @@ def known_files(session: Session) -> dict[str, FileRecord]:
     return {path: FileRecord(content, _aware(parsed)) for path, content, parsed in rows}
 
 
-def record(session: Session, outcome: Outcome, *, paused_at_creation: bool) -> list[str]:
-    """Write what parsing one file found; returns the ids of Dags written or updated."""
+def record(session: Session, outcome: Outcome, *, paused_at_creation: bool) -> Recorded:
+    """Write what parsing one file found, in the caller's transaction."""
     now = utcnow()
     key = path_key(outcome.path)
     errors = [outcome.error] if outcome.error else []
-    written: list[str] = []
+    kept: list[serialize.SerializedDag] = []
+    conflict = False
     if outcome.kind == OK:
-        kept = []
         for dag in outcome.dags:
             owner = _other_owner(session, dag.dag_id, outcome.path)
             if owner is not None:
+                conflict = True
                 errors.append(f"Dag {dag.dag_id!r} in {outcome.path} is already defined in {owner}")
                 continue
             kept.append(dag)
-            if _write_dag(session, dag, outcome.file_hash, now, paused_at_creation):
-                written.append(dag.dag_id)
+            _write_dag(session, dag, outcome.file_hash, now, paused_at_creation)
         _deactivate(session, DagModel.fileloc == outcome.path, keep={d.dag_id for d in kept})
-    _set_import_error(session, key, outcome.path, "\n\n".join(errors) or None, now)
+    error = "\n\n".join(errors) or None
+    _set_import_error(session, key, outcome.path, error, now)
     stats = session.get(DagFileModel, key) or DagFileModel(file_key=key, fileloc=outcome.path)
     stats.content_hash = outcome.file_hash or stats.content_hash or ""
     stats.last_parsed = now
     stats.duration = outcome.duration
-    stats.dag_count = len(outcome.dags)
+    stats.dag_count = len(kept)
     stats.outcome = outcome.kind if outcome.kind != OK or not errors else IMPORT_ERROR
     session.add(stats)
-    return written
+    return Recorded([d.dag_id for d in kept], error, conflict)
+
+
+def totals(session: Session, present: Iterable[str]) -> tuple[int, dict[str, str]]:
+    """How many active Dags the present files define, and their import errors by path."""
+    present = set(present)
+    dags = session.scalars(select(DagModel.fileloc).where(DagModel.is_active.is_(True)))
+    errors = session.execute(select(ImportErrorModel.fileloc, ImportErrorModel.error))
+    return (
+        sum(1 for path in dags if path in present),
+        {path: error for path, error in errors if path in present},
+    )
 
 
 def forget_missing_files(session: Session, present: Iterable[str]) -> list[str]:

@@ -9,6 +9,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+from spawnflow.models.base import Identifier
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -20,7 +22,7 @@ LongText = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 def upgrade() -> None:
     op.create_table(
         "dag",
-        sa.Column("dag_id", sa.String(250), nullable=False),
+        sa.Column("dag_id", Identifier, nullable=False),
         sa.Column("fileloc", sa.String(1000), nullable=False),
         sa.Column("is_paused", sa.Boolean(), nullable=False),
         sa.Column("is_active", sa.Boolean(), nullable=False),
@@ -35,7 +37,7 @@ def upgrade() -> None:
     op.create_index(op.f("ix_dag_is_active"), "dag", ["is_active"])
     op.create_table(
         "serialized_dag",
-        sa.Column("dag_id", sa.String(250), nullable=False),
+        sa.Column("dag_id", Identifier, nullable=False),
         sa.Column("data", LongText, nullable=False),
         sa.Column("dag_hash", sa.String(64), nullable=False),
         sa.Column("last_updated", sa.DateTime(timezone=True), nullable=False),
