@@ -66,6 +66,9 @@ class Child:
         self._handle_taken = False
         self._handle_value: Any = None
         self._launched_at = launched_at
+        #: Read ends of the child's stdout and stderr, when its spec captures output.
+        self.stdout: Any = None
+        self.stderr: Any = None
         self._status: ExitStatus | None = None
         self.ready: wire.Ready | None = None
         #: Seconds from :func:`launch` until the child reported ready.
@@ -208,7 +211,7 @@ class Child:
         self._process.close()
 
     def _close_connections(self) -> None:
-        for connection in (self.channel, self._control):
+        for connection in (self.channel, self._control, self.stdout, self.stderr):
             if connection is not None:
                 connection.close()
 
@@ -234,8 +237,37 @@ def children() -> list[Child]:
 def stop_children(grace: float | None = None) -> None:
     """Stop every child this process launched that is still running."""
     with lifecycle.unwinding():
-        for child in children():
-            child.stop(grace)
+        stop_many(children(), grace)
+
+
+def stop_many(group: list[Child], grace: float | None = None) -> None:
+    """Stop several children at once: warm stops to all, one grace period, then cold.
+
+    Stopping them one after the other would let N stubborn children take N grace
+    periods.
+    """
+    group = [child for child in group if child.exit_status is None]
+    if not group:
+        return
+    if grace is None:
+        grace = (group[0].spec.settings or settings_module.current()).core.stop_grace_period
+    trees = {}
+    for child in group:
+        if not child._has_exited():
+            trees[child] = child._platform.snapshot_tree(child._handle)
+            child._platform.request_warm_stop(child._handle, child._control)
+    deadline = time.monotonic() + grace
+    waiting = [child for child in trees if not child._has_exited()]
+    while waiting and time.monotonic() < deadline and not lifecycle.now_requested():
+        for child in list(waiting):
+            if child._has_exited(0.05):
+                waiting.remove(child)
+            else:
+                trees[child] = _merge(trees[child], child._platform.snapshot_tree(child._handle))
+    for child in group:
+        cold = child in waiting
+        child._platform.kill_tree(trees.get(child, []))
+        child._reap(cold=cold)
 
 
 def _after_fork_in_child() -> None:

@@ -76,6 +76,9 @@ class ChildSpec(msgspec.Struct, frozen=True):
         settings: the snapshot the child runs with; the parent's installed one if None.
         log_file: JSON-lines file; ``<base_log_folder>/<role>.log`` if None.
         log_to_console: also write the child's log lines to its stderr.
+        capture_output: send the child's stdout and stderr (file descriptors 1 and 2,
+            so subprocesses' and C code's output too) to pipes the parent reads from
+            :attr:`Child.stdout` and :attr:`Child.stderr`.
 
     Raises:
         ValueError: for a malformed role or target.
@@ -88,6 +91,7 @@ class ChildSpec(msgspec.Struct, frozen=True):
     settings: Settings | None = None
     log_file: Path | None = None
     log_to_console: bool = False
+    capture_output: bool = False
 
     def __post_init__(self) -> None:
         if not _ROLE.match(self.role):
@@ -137,6 +141,7 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         settings=snapshot,
         log_file=log_file,
         log_to_console=spec.log_to_console,
+        capture_output=spec.capture_output,
     )
     ctx = startmethods.context(method)
     _stop_children_at_exit()
@@ -145,10 +150,14 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     platform = platforms.current()
     if platform.control_pipe:
         control_child, control_parent = ctx.Pipe(duplex=False)
+    readers, writers = ((), ())
+    if spec.capture_output:
+        pairs = [ctx.Pipe(duplex=False) for _ in range(2)]
+        readers, writers = tuple(r for r, _ in pairs), tuple(w for _, w in pairs)
     pickled = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
     # A fork child inherits our ends of its own pipes too; it must close them, or it
     # would never see EOF when we die. Other methods pass only the child's ends.
-    ours = (parent_end, control_parent) if method == "fork" else ()
+    ours = (parent_end, control_parent, *readers) if method == "fork" else ()
     process = ctx.Process(
         target=_child_entry,
         args=(
@@ -158,6 +167,7 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
             control_child,
             os.getpid(),
             ours,
+            writers,
         ),
         name=f"spawnflow-{spec.role}",
         daemon=False,
@@ -168,14 +178,16 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     finally:
         # The child holds its own copies now (or never started): closing ours lets
         # us see EOF when it dies.
-        child_end.close()
-        if control_child is not None:
-            control_child.close()
+        for end in (child_end, control_child, *writers):
+            if end is not None:
+                end.close()
         if process.pid is None:
-            parent_end.close()
-            if control_parent is not None:
-                control_parent.close()
+            for end in (parent_end, control_parent, *readers):
+                if end is not None:
+                    end.close()
     child = Child(process, spec, method, wire.Channel(parent_end), control_parent, started)
+    if readers:
+        child.stdout, child.stderr = readers
     register(child)
     return child
 
@@ -252,12 +264,16 @@ def _child_entry(
     control: Any,
     parent_pid: int,
     parents_ends: tuple = (),
+    output: tuple = (),
 ) -> None:
     """Where every child starts, under every start method."""
     started = time.perf_counter()
     for end in parents_ends:
         if end is not None:
             end.close()
+    if output:
+        # Before anything else can print: what the child writes goes to its parent.
+        platforms.current().redirect_output(*output)
     _upward.extend(c for c in (connection, control) if c is not None)
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -124,7 +124,53 @@ class Platform(msgspec.Struct, frozen=True):
         else:
             signal.raise_signal(signal.SIGINT)
 
+    def redirect_output(self, stdout: Any, stderr: Any) -> None:
+        """Point file descriptors 1 and 2 at the write ends of two launcher pipes.
+
+        At the descriptor level, so that subprocesses and C code write there too.
+        Windows pipe connections hold handles, which need a C runtime descriptor first.
+        """
+        for connection, fd, stream in ((stdout, 1, sys.stdout), (stderr, 2, sys.stderr)):
+            if stream is not None:
+                stream.flush()
+            handle = connection.fileno()
+            if self.name == "windows":
+                import msvcrt
+
+                handle = msvcrt.open_osfhandle(handle, os.O_WRONLY)
+            os.dup2(handle, fd)
+            connection.close()
+        # New text streams on the descriptors: a fork child may have inherited
+        # objects that write elsewhere (a test runner's capture buffer, say).
+        import io
+
+        sys.stdout = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace",
+            line_buffering=True,
+        )  # fmt: skip
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+            line_buffering=True,
+        )  # fmt: skip
+
     # -- in the parent ------------------------------------------------------------
+
+    def read_output(self, connection: Any) -> bytes:
+        """What a captured child wrote since the last read; b"" once it closed the pipe.
+
+        Only when the connection is ready (``multiprocess.connection.wait`` says so).
+        The child writes raw bytes, not framed messages: POSIX reads the descriptor;
+        a Windows message-mode pipe gives one write per read.
+        """
+        if self.name == "windows":
+            try:
+                return connection.recv_bytes()
+            except (EOFError, OSError):
+                return b""
+        try:
+            return os.read(connection.fileno(), 65536)
+        except OSError:
+            return b""
 
     def adopt_into_own_group(self, pid: int) -> None:
         """Put a child we just forked in its own group from our side too.

@@ -15,6 +15,7 @@ messages of the roles.
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -105,22 +106,45 @@ class Channel:
     def __init__(self, connection: Any):
         self.connection = connection
         self._ids = itertools.count(1)
+        #: Messages that arrived while :meth:`call` waited for another id.
+        self._early: list[Message] = []
+        self._lock = threading.Lock()
 
     def next_id(self) -> int:
         """A request id unique on this end of the channel."""
         return next(self._ids)
 
     def send(self, message: Message) -> None:
-        self.connection.send_bytes(_Codec.encoder.encode(message))
+        data = _Codec.encoder.encode(message)
+        with self._lock:  # whole frames, even when several threads send
+            self.connection.send_bytes(data)
+
+    def call(self, request: Request, timeout: float | None = None) -> Response:
+        """Send ``request`` and return the response that carries its id.
+
+        Responses are matched by id, never by position: anything else that arrives
+        meanwhile is kept for :meth:`recv`. An ErrorResponse is returned, not raised.
+        """
+        self.send(request)
+        while True:
+            message = self._read(timeout)
+            if isinstance(message, Response) and message.id == request.id:
+                return message
+            self._early.append(message)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
-        return self.connection.poll(timeout)
+        return bool(self._early) or self.connection.poll(timeout)
 
     def recv(self, timeout: float | None = None) -> Message:
         """The next message; TimeoutError if none arrives within ``timeout`` seconds.
 
         EOFError when the other end closed (its process exited).
         """
+        if self._early:
+            return self._early.pop(0)
+        return self._read(timeout)
+
+    def _read(self, timeout: float | None) -> Message:
         if timeout is not None and not self.connection.poll(timeout):
             raise TimeoutError(f"no message within {timeout:g} seconds")
         return _Codec.decode(self.connection.recv_bytes())

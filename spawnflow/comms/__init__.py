@@ -11,6 +11,7 @@ from spawnflow.bootstrap.wire import Channel, ErrorResponse, Message, Request, R
 
 __all__ = [
     "Channel",
+    "ComponentStatus",
     "ErrorResponse",
     "Message",
     "ProbeReport",
@@ -44,3 +45,14 @@ class ResourceReport(Message):
     pid: int
     peak_rss_bytes: int | None
     modules: int
+
+
+class ComponentStatus(Message):
+    """A long-running component's news for its parent (``spawnflow standalone``)."""
+
+    role: str
+    #: Turns of its loop so far (passes, for the Dag processor).
+    loops: int
+    #: Nothing to do and nothing running.
+    idle: bool
+    text: str

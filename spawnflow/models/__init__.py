@@ -6,5 +6,17 @@ Only processes marked (DB) in the design import this package.
 from spawnflow.models.base import Base
 from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
 from spawnflow.models.job import Job
+from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 
-__all__ = ["Base", "DagFileModel", "DagModel", "ImportErrorModel", "Job", "SerializedDagModel"]
+__all__ = [
+    "Base",
+    "DagFileModel",
+    "DagModel",
+    "DagRun",
+    "ImportErrorModel",
+    "Job",
+    "SerializedDagModel",
+    "TaskInstance",
+    "Variable",
+    "XCom",
+]

@@ -51,3 +51,18 @@ def test_recv_times_out_when_nothing_arrives(channels):
 def test_a_response_is_typed_by_its_class():
     data = wire.encode(Echoed(id=3, payload="x"))
     assert wire.decode(data) == Echoed(id=3, payload="x")
+
+
+def test_call_matches_the_answer_by_id_and_keeps_what_came_first(channels):
+    parent, child = channels
+    first, second = Echo(id=parent.next_id(), payload=1), Echo(id=parent.next_id(), payload=2)
+    parent.send(first)
+    child.recv(timeout=5)
+    # The answer to the first request arrives while the caller waits for the second.
+    child.send(Echoed(id=first.id, payload="early"))
+    child.send(Echoed(id=second.id, payload="late"))
+
+    assert parent.call(second, timeout=5) == Echoed(id=second.id, payload="late")
+    assert child.recv(timeout=5) == second
+    assert parent.poll()
+    assert parent.recv(timeout=5) == Echoed(id=first.id, payload="early")

@@ -200,3 +200,29 @@ def test_spec_refuses_live_objects_in_kwargs():
 def test_spec_refuses_malformed_role_or_target(role, target):
     with pytest.raises(ValueError, match="must be"):
         ChildSpec(role, target)
+
+
+def test_captured_output_reaches_the_parent_from_every_writer(start_method, make_settings):
+    from multiprocess.connection import wait
+
+    from spawnflow.bootstrap import platform as platforms
+
+    make_settings()
+    spec = ChildSpec("test-printer", f"{TARGETS}:print_everywhere", capture_output=True)
+    child = launch(spec, method=start_method)
+    child.wait_ready()
+    received = {"stdout": b"", "stderr": b""}
+    open_streams = {"stdout": child.stdout, "stderr": child.stderr}
+    while open_streams:
+        for ready in wait(list(open_streams.values()), timeout=60):
+            name = next(n for n, c in open_streams.items() if c is ready)
+            data = platforms.current().read_output(ready)
+            if data:
+                received[name] += data
+            else:
+                del open_streams[name]
+    assert child.join(timeout=60).exitcode == 0
+    assert received["stdout"].decode().splitlines() == [
+        "python stdout", "raw fd 1", "from a subprocess",
+    ]  # fmt: skip
+    assert received["stderr"].decode().splitlines() == ["python stderr"]

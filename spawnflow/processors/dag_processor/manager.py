@@ -59,9 +59,11 @@ class DagFileProcessorManager:
     Constructing one has no side effects; :meth:`run` does the work.
     """
 
-    def __init__(self, settings: Settings, *, method: str | None = None):
+    def __init__(self, settings: Settings, *, method: str | None = None, on_pass=None):
         self.settings = settings
         self.method = method
+        #: Called with each PassSummary and the number of passes so far.
+        self.on_pass = on_pass
         self.passes = 0
 
     # -- the loop -------------------------------------------------------------------
@@ -72,6 +74,8 @@ class DagFileProcessorManager:
         try:
             while not lifecycle.stop_requested.is_set():
                 summaries.append(self.run_pass(everything=once))
+                if self.on_pass is not None:
+                    self.on_pass(summaries[-1], self.passes)
                 if once or (num_runs is not None and self.passes >= num_runs):
                     break
                 lifecycle.stop_requested.wait(self.settings.dag_processor.poll_interval)
@@ -264,6 +268,14 @@ class DagFileProcessorManager:
 def run(channel, *, once: bool = False, num_runs: int | None = None) -> None:
     """Entry point of a launched ``dag-processor`` child (``spawnflow standalone``)."""
     from spawnflow.bootstrap import settings as settings_module
+    from spawnflow.comms import ComponentStatus
+
+    def report(summary: PassSummary, passes: int) -> None:
+        channel.send(ComponentStatus(
+            role="dag-processor", loops=passes, idle=True,
+            text=f"{summary.dags} Dag(s), {len(summary.errors)} import error(s)",
+        ))  # fmt: skip
 
     lifecycle.defer_warm_stop()  # finish running parses on the first request
-    DagFileProcessorManager(settings_module.current()).run(once=once, num_runs=num_runs)
+    manager = DagFileProcessorManager(settings_module.current(), on_pass=report)
+    manager.run(once=once, num_runs=num_runs)

@@ -9,8 +9,6 @@ parser reports any exception as an import error; the manager handles the rest
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import sys
 import time
@@ -24,8 +22,7 @@ import cronsim  # noqa: F401
 from spawnflow.bootstrap import lifecycle, logs
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.comms.parsing import ParseResult
-from spawnflow.sdk import dags as dag_registry
-from spawnflow.sdk import serialize
+from spawnflow.sdk import loading, serialize
 from spawnflow.sdk.tasks import DagDefinitionError
 
 # Whatever answering the manager needs is loaded before any Dag file runs: a helper
@@ -50,37 +47,15 @@ def parse_file(channel, path: str, dags_folder: str | None = None) -> None:
     except OSError as error:
         _send(channel, own_pid, path, "", [], f"cannot read {path}: {error.strerror}", started)
         return
-    for folder in (dags_folder, str(Path(path).parent)):
-        if folder and folder not in sys.path:
-            # As in Airflow, Dag files may import helpers from the Dags folder. At the
-            # end of the path, so that a helper never hides a standard module.
-            sys.path.append(folder)
+    loading.prepare_path(path, dags_folder)
     found, error = load_dags(path)
     _send(channel, own_pid, path, serialize.file_hash(content), found, error, started)
 
 
 def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
-    """Import ``path`` and serialize the Dags it defines.
-
-    A Dag belongs to the file that built it, or that holds it in a module-level
-    name; a Dag an imported helper module built stays that module's.
-    """
-    dag_registry.forget_built_dags()
-    module_name = "spawnflow_dagfile_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    """Import ``path`` and serialize the Dags it defines, or say why it cannot."""
     try:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            return [], f"{path} is not a Python file"
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
-        mine = [d for d in dag_registry.built_dags() if d.fileloc == path]
-        mine += [d for d in dag_registry.iter_dags(vars(module)) if d not in mine]
-        built = _unique(mine, path)
-        for dag in built:
-            dag.fileloc = path  # the file to import again to run it
-            dag.validate()
-        return [serialize.serialize(dag) for dag in built], None
+        return [serialize.serialize(dag) for dag in loading.import_dag_file(path)], None
     except lifecycle.WarmStop:
         raise
     except SystemExit as stop:
@@ -89,15 +64,6 @@ def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
         return [], str(error)
     except BaseException:  # noqa: BLE001 - whatever a Dag file raises is its import error
         return [], _traceback_from(path)
-
-
-def _unique(built: list, path: str) -> list:
-    seen: dict[str, object] = {}
-    for dag in built:
-        if dag.dag_id in seen:
-            raise DagDefinitionError(f"{path}: Dag {dag.dag_id!r} is defined twice in this file")
-        seen[dag.dag_id] = dag
-    return built
 
 
 def _traceback_from(path: str) -> str:

@@ -1,0 +1,87 @@
+"""The local executor: ``[executor] parallelism`` long-lived worker processes.
+
+Workers are launched by the launcher with the executor's start method and each
+supervises one task at a time. A worker that dies is replaced; the task it ran is
+reported lost, and the scheduler fails it (or retries it) with the reason.
+"""
+
+from __future__ import annotations
+
+from spawnflow.bootstrap import launcher, logs
+from spawnflow.bootstrap.child import stop_many
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.tasks import RunTask, TaskFinished, Workload
+from spawnflow.executors import BaseExecutor, TaskEnded, WorkerLost
+
+TARGET = "spawnflow.processors.worker.worker:run"
+
+log = logs.get_logger("spawnflow.executor")
+
+
+class LocalExecutor(BaseExecutor):
+    """Runs workloads in worker processes; constructing one starts nothing."""
+
+    def __init__(self, settings: Settings, *, method: str | None = None,
+                 parallelism: int | None = None):  # fmt: skip
+        self.settings = settings
+        self.method = method
+        self.parallelism = parallelism or settings.executor.parallelism
+        self.workers: list[launcher.Child] = []
+        #: What each busy worker runs: (request id, workload).
+        self.busy: dict[int, tuple[int, Workload]] = {}
+        self.replaced = 0
+
+    def start(self) -> None:
+        self.workers = [self._launch() for _ in range(self.parallelism)]
+        for worker in self.workers:
+            worker.wait_ready(timeout=120)
+
+    def _launch(self) -> launcher.Child:
+        spec = launcher.ChildSpec(
+            "executor-worker", TARGET, {"method": self.method}, settings=self.settings
+        )
+        return launcher.launch(spec, method=self.method, component="executor")
+
+    def free_slots(self) -> int:
+        return sum(1 for w in self.workers if w.pid not in self.busy and w.exit_status is None)
+
+    def queue(self, workload: Workload) -> None:
+        worker = next(w for w in self.workers if w.pid not in self.busy)
+        request = RunTask(id=worker.channel.next_id(), workload=workload)
+        self.busy[worker.pid] = (request.id, workload)
+        worker.channel.send(request)
+
+    def events(self) -> list[WorkerLost | TaskEnded]:
+        found: list[WorkerLost | TaskEnded] = []
+        for worker in list(self.workers):
+            while worker.exit_status is None and worker.channel.poll():
+                try:
+                    message = worker.channel.recv()
+                except (EOFError, OSError):
+                    break
+                if isinstance(message, TaskFinished):
+                    self.busy.pop(worker.pid, None)
+                    found.append(TaskEnded(message.ti_id, message.state))
+            if not worker.is_alive():
+                status = worker.join(timeout=30)
+                busy = self.busy.pop(worker.pid, None)
+                how = f"its executor worker (pid {worker.pid}) {status.describe(meaning=False)}"
+                log.warning("worker died", pid=worker.pid, status=status.describe())
+                if busy is not None:
+                    found.append(WorkerLost(busy[1], how))
+                self.workers.remove(worker)
+                replacement = self._launch()
+                replacement.wait_ready(timeout=120)
+                self.workers.append(replacement)
+                self.replaced += 1
+        return found
+
+    def wait_objects(self) -> list:
+        objects = []
+        for worker in self.workers:
+            objects += [worker.channel.connection, worker.sentinel]
+        return objects
+
+    def end(self, grace: float | None = None) -> None:
+        stop_many(self.workers, grace)
+        self.workers = []

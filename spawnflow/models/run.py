@@ -1,0 +1,107 @@
+"""Dag runs, task instances and XComs: what the scheduler and the workers share.
+
+States are Airflow's. A task instance is keyed by a surrogate id and is unique per
+(run, task); the id is what crosses process boundaries in a workload.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from spawnflow.models.base import Base, Identifier
+from spawnflow.models.dag import LongText
+from spawnflow.models.job import utcnow
+
+
+class DagRunState:
+    QUEUED, RUNNING, SUCCESS, FAILED = "queued", "running", "success", "failed"
+    FINISHED = (SUCCESS, FAILED)
+
+
+class TaskState:
+    NONE = "none"
+    SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
+    SUCCESS, FAILED, UP_FOR_RETRY = "success", "failed", "up_for_retry"
+    UPSTREAM_FAILED, SKIPPED = "upstream_failed", "skipped"
+    FINISHED = (SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED)
+    #: States in which a task process may exist.
+    ACTIVE = (QUEUED, RUNNING)
+
+
+class DagRun(Base):
+    """One run of a Dag, for one logical date (scheduled) or one trigger (manual)."""
+
+    __tablename__ = "dag_run"
+    __table_args__ = (UniqueConstraint("dag_id", "run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_id: Mapped[str] = mapped_column(Identifier, ForeignKey("dag.dag_id", ondelete="CASCADE"))
+    run_id: Mapped[str] = mapped_column(Identifier)
+    run_type: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    logical_date: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    data_interval_start: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    data_interval_end: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    conf: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    start_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    end_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class TaskInstance(Base):
+    """One task of one Dag run, across its tries."""
+
+    __tablename__ = "task_instance"
+    __table_args__ = (UniqueConstraint("dag_run_id", "task_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    dag_run_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("dag_run.id", ondelete="CASCADE"), index=True
+    )
+    dag_id: Mapped[str] = mapped_column(Identifier, index=True)
+    task_id: Mapped[str] = mapped_column(Identifier)
+    state: Mapped[str] = mapped_column(String(20), index=True, default=TaskState.NONE)
+    try_number: Mapped[int] = mapped_column(Integer, default=0)
+    max_tries: Mapped[int] = mapped_column(Integer, default=0)
+    queued_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    start_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    end_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    duration: Mapped[float | None] = mapped_column(Float)
+    #: When an up_for_retry task may be scheduled again.
+    next_try_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    #: The supervising worker's process id and its job row.
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
+    scheduler_job_id: Mapped[int | None] = mapped_column(Integer)
+    task_pid: Mapped[int | None] = mapped_column(Integer)
+    last_heartbeat: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    #: Why the task ended the way it did (a timeout, a signal, a traceback's last line).
+    reason: Mapped[str | None] = mapped_column(Text)
+
+
+class XCom(Base):
+    """A value a task pushed, JSON-encoded, for its downstream tasks."""
+
+    __tablename__ = "xcom"
+    __table_args__ = (UniqueConstraint("task_instance_id", "key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_instance_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("task_instance.id", ondelete="CASCADE")
+    )
+    key: Mapped[str] = mapped_column(Identifier)
+    value: Mapped[str] = mapped_column(LongText)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Variable(Base):
+    """A named value tasks can read (``spawnflow variables``)."""
+
+    __tablename__ = "variable"
+
+    key: Mapped[str] = mapped_column(Identifier, primary_key=True)
+    value: Mapped[str] = mapped_column(LongText)
+    description: Mapped[str | None] = mapped_column(Text)

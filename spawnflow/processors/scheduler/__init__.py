@@ -1,0 +1,1 @@
+"""The scheduler (role ``scheduler``): Dag runs, task instance states, the executor."""

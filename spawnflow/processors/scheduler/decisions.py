@@ -1,0 +1,66 @@
+"""What a task instance may do next, given its upstream tasks' states (trigger rules).
+
+Pure functions, so that every rule is tested without a database.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from spawnflow.models.run import TaskState
+
+RUN, WAIT = "run", "wait"
+FAILED_STATES = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
+
+
+def decide(rule: str, upstream: Iterable[str]) -> str:
+    """``run``, ``wait``, or the state to set: ``upstream_failed`` or ``skipped``."""
+    states = Counter(upstream)
+    total = sum(states.values())
+    finished = sum(states[s] for s in TaskState.FINISHED)
+    succeeded = states[TaskState.SUCCESS]
+    failed = sum(states[s] for s in FAILED_STATES)
+    skipped = states[TaskState.SKIPPED]
+    done = finished == total
+    if rule == "always":
+        return RUN
+    if rule == "all_success":
+        if failed:
+            return TaskState.UPSTREAM_FAILED
+        if skipped:
+            return TaskState.SKIPPED
+        return RUN if done else WAIT
+    if rule == "all_done":
+        return RUN if done else WAIT
+    if rule == "all_failed":
+        if succeeded or skipped:
+            return TaskState.SKIPPED
+        return RUN if done else WAIT
+    if rule == "one_success":
+        if succeeded:
+            return RUN
+        return (
+            TaskState.UPSTREAM_FAILED if done and failed else (TaskState.SKIPPED if done else WAIT)
+        )
+    if rule == "one_failed":
+        if failed:
+            return RUN
+        return TaskState.SKIPPED if done else WAIT
+    if rule == "none_failed":
+        if failed:
+            return TaskState.UPSTREAM_FAILED
+        return RUN if done else WAIT
+    raise ValueError(f"unknown trigger rule {rule!r}")
+
+
+def run_state(task_states: Iterable[str]) -> str | None:
+    """The state a running Dag run ends in, or None while tasks are unfinished.
+
+    Failed when any task failed or could not run because of a failure; otherwise
+    success once every task finished (skipped ones included).
+    """
+    states = list(task_states)
+    if any(s not in TaskState.FINISHED for s in states):
+        return None
+    return "failed" if any(s in FAILED_STATES for s in states) else "success"

@@ -1,0 +1,231 @@
+"""The scheduler's loop (role ``scheduler``): runs, task states, the executor, heartbeats.
+
+Each turn: heartbeat; create due runs; start queued runs; decide waiting task
+instances; fail tasks whose supervisor stopped heartbeating; queue what the limits
+allow to the executor; handle the executor's events. Then it waits, on the
+executor's connections and the stop event, for at most ``[scheduler] loop_interval``.
+
+On start it adopts or resets what a previous scheduler left: task instances it had
+queued go back to scheduled, and its running ones are failed (or retried) once
+their heartbeat is stale. A warm stop queues nothing new and lets running tasks
+finish within ``[core] stop_grace_period``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+
+from spawnflow.bootstrap import lifecycle, logs, orm
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.executors import BaseExecutor, WorkerLost
+from spawnflow.models.job import Job
+from spawnflow.models.run import DagRun, TaskInstance, TaskState
+from spawnflow.processors.scheduler import runs
+from spawnflow.processors.scheduler.queueing import queue_tasks
+
+log = logs.get_logger("spawnflow.scheduler")
+
+
+@dataclass
+class LoopSummary:
+    """What one turn of the loop did."""
+
+    loops: int
+    created: int
+    queued: int
+    active_runs: int
+    running_tasks: int
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do and nothing running (``standalone --exit-when-idle``)."""
+        return not (self.created or self.queued or self.active_runs or self.running_tasks)
+
+
+class Scheduler:
+    """The scheduler job; constructing one has no side effects.
+
+    Args:
+        settings: the process's settings snapshot.
+        executor: where task supervisors run (a LocalExecutor by default).
+        only_runs: restrict everything to these Dag run ids (``dags test``).
+        on_loop: called with each LoopSummary.
+    """
+
+    def __init__(self, settings: Settings, *, executor: BaseExecutor | None = None,
+                 method: str | None = None, only_runs: set[int] | None = None,
+                 on_loop: Callable[[LoopSummary], None] | None = None):  # fmt: skip
+        self.settings = settings
+        self.method = method
+        self.executor = executor
+        self.only_runs = only_runs
+        self.on_loop = on_loop
+        self.bag = runs.DagBag()
+        self.job_id: int | None = None
+        self.loops = 0
+
+    def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
+        """Loop until stopped, ``num_loops`` turns, or ``until()`` says so."""
+        from multiprocess.connection import wait
+
+        if self.executor is None:
+            from spawnflow.executors.local import LocalExecutor
+
+            self.executor = LocalExecutor(self.settings, method=self.method)
+        self._register()
+        self._adopt_or_reset()
+        self.executor.start()
+        grace_ends = None
+        try:
+            while True:
+                stopping = lifecycle.stop_requested.is_set()
+                summary = self.loop_once(queue=not stopping)
+                if self.on_loop is not None:
+                    self.on_loop(summary)
+                if num_loops is not None and self.loops >= num_loops:
+                    break
+                if until is not None and until():
+                    break
+                if stopping:
+                    grace_ends = (
+                        grace_ends or time.monotonic() + self.settings.core.stop_grace_period
+                    )
+                    if not summary.running_tasks or time.monotonic() >= grace_ends:
+                        break
+                wait(self.executor.wait_objects(), timeout=self.settings.scheduler.loop_interval)
+        except lifecycle.WarmStop:
+            self.executor.end(grace=0)
+            raise
+        finally:
+            self.executor.end()
+            self._unregister()
+
+    def loop_once(self, *, queue: bool = True) -> LoopSummary:
+        """One turn of the loop."""
+        self.loops += 1
+        now = runs.utcnow()
+        with orm.session_scope() as session:
+            self._heartbeat(session, now)
+            created = (
+                0 if self.only_runs is not None else runs.create_due_runs(session, self.bag, now)
+            )
+        with orm.session_scope() as session:
+            runs.start_queued_runs(session, self.bag, now, self.only_runs)
+        with orm.session_scope() as session:
+            runs.schedule_tasks(session, self.bag, now, self.only_runs)
+        with orm.session_scope() as session:
+            timeout = self.settings.scheduler.task_heartbeat_timeout
+            for ti in runs.fail_stale_tasks(session, self.bag, now, timeout):
+                log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+        workloads = []
+        if queue:
+            with orm.session_scope() as session:
+                workloads = queue_tasks(
+                    session, self.bag, self.settings, self.executor.free_slots(), self.job_id,
+                    now, self.only_runs,
+                )  # fmt: skip
+        for workload in workloads:  # after the commit: the worker must see them queued
+            self.executor.queue(workload)
+        self._handle_events()
+        return self._summary(created, len(workloads))
+
+    # -- executor events ----------------------------------------------------------------
+
+    def _handle_events(self) -> None:
+        for event in self.executor.events():
+            if isinstance(event, WorkerLost):
+                self._lost(event)
+
+    def _lost(self, event: WorkerLost) -> None:
+        now = runs.utcnow()
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, event.workload.ti_id, with_for_update=True)
+            if ti is None:
+                return
+            if ti.state == TaskState.QUEUED:  # it never started: queue it again
+                ti.state = TaskState.SCHEDULED
+            elif ti.state == TaskState.RUNNING and ti.try_number == event.workload.try_number:
+                runs.fail(ti, now, f"{event.how} while it ran the task", event.workload.retry_delay)
+                log.warning("task lost with its worker", dag_id=ti.dag_id, task_id=ti.task_id)
+
+    # -- the job row ----------------------------------------------------------------------
+
+    def _register(self) -> None:
+        with orm.session_scope() as session:
+            job = Job(job_type="scheduler", state="running", hostname=socket.gethostname(),
+                      pid=os.getpid())  # fmt: skip
+            session.add(job)
+            session.flush()
+            self.job_id = job.id
+
+    def _heartbeat(self, session, now) -> None:
+        job = session.get(Job, self.job_id)
+        if job is not None:
+            job.latest_heartbeat = now
+
+    def _unregister(self) -> None:
+        with orm.session_scope() as session:
+            job = session.get(Job, self.job_id)
+            if job is not None:
+                job.state, job.end_date = "stopped", runs.utcnow()
+
+    def _adopt_or_reset(self) -> None:
+        """Take over what schedulers that are gone left queued; let the rest time out."""
+        now = runs.utcnow()
+        limit = self.settings.scheduler.job_heartbeat_timeout
+        with orm.session_scope() as session:
+            live = set(session.scalars(select(Job.id).where(
+                Job.job_type == "scheduler", Job.state == "running",
+                Job.latest_heartbeat >= now - dt.timedelta(seconds=limit),
+            )))  # fmt: skip
+            session.execute(
+                update(Job)
+                .where(Job.job_type == "scheduler", Job.state == "running", Job.id.not_in(live))
+                .values(state="failed", end_date=now)
+            )
+            orphans = session.scalars(
+                select(TaskInstance)
+                .where(TaskInstance.state == TaskState.QUEUED)
+                .with_for_update(skip_locked=True)
+            ).all()
+            reset = 0
+            for ti in orphans:
+                if ti.scheduler_job_id not in live:
+                    ti.state, ti.scheduler_job_id = TaskState.SCHEDULED, None
+                    reset += 1
+            if reset:
+                log.warning("reset task instances a stopped scheduler had queued", count=reset)
+
+    def _summary(self, created: int, queued: int) -> LoopSummary:
+        with orm.session_scope() as session:
+            runs_query = select(func.count()).where(DagRun.state.in_(runs.ACTIVE_RUNS))
+            tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
+            if self.only_runs is not None:
+                runs_query = runs_query.where(DagRun.id.in_(self.only_runs))
+                tasks_query = tasks_query.where(TaskInstance.dag_run_id.in_(self.only_runs))
+            return LoopSummary(
+                self.loops, created, queued, session.scalar(runs_query) or 0,
+                session.scalar(tasks_query) or 0,
+            )  # fmt: skip
+
+
+def run(channel, **kwargs) -> None:
+    """Entry point of a launched ``scheduler`` child (``spawnflow standalone``)."""
+    from spawnflow.bootstrap import settings as settings_module
+    from spawnflow.comms import ComponentStatus
+
+    def report(summary: LoopSummary) -> None:
+        channel.send(ComponentStatus(
+            role="scheduler", loops=summary.loops, idle=summary.idle,
+            text=f"{summary.active_runs} active run(s), {summary.running_tasks} task(s) running",
+        ))  # fmt: skip
+
+    lifecycle.defer_warm_stop()
+    Scheduler(settings_module.current(), on_loop=report).run()

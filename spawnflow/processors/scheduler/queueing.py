@@ -1,0 +1,75 @@
+"""Hand scheduled task instances to the executor, within every concurrency limit.
+
+Limits: the executor's free slots, ``[core] parallelism`` (queued plus running task
+instances overall) and each Dag's ``max_active_tasks``. The scheduled rows are read
+``FOR UPDATE SKIP LOCKED`` and marked queued in the same transaction, so a task
+instance is queued by one scheduler only, once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.tasks import Workload
+from spawnflow.models.dag import DagModel
+from spawnflow.models.run import DagRun, TaskInstance, TaskState
+from spawnflow.processors.scheduler.runs import DagBag, aware
+
+
+def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
+    """``<logs>/dag_id=…/run_id=…/task_id=…/attempt=N.log``."""
+    safe_run = run_id.replace(":", "_").replace("+", "_")
+    folder = Path(settings.logging.base_log_folder) / f"dag_id={dag_id}" / f"run_id={safe_run}"
+    return folder / f"task_id={task_id}" / f"attempt={attempt}.log"
+
+
+def queue_tasks(
+    session: Session, bag: DagBag, settings: Settings, free_slots: int, job_id: int,
+    now: dt.datetime, only: set[int] | None = None,
+) -> list[Workload]:  # fmt: skip
+    """Mark up to the limits' worth of scheduled task instances queued; their workloads."""
+    active = TaskInstance.state.in_(TaskState.ACTIVE)
+    overall = session.scalar(select(func.count()).where(active))
+    room = min(free_slots, settings.core.parallelism - overall)
+    if room <= 0:
+        return []
+    query = select(TaskInstance).where(TaskInstance.state == TaskState.SCHEDULED)
+    if only is not None:
+        query = query.where(TaskInstance.dag_run_id.in_(only))
+    candidates = session.scalars(
+        query.order_by(TaskInstance.id).limit(room * 4).with_for_update(skip_locked=True)
+    ).all()
+    per_dag = dict(session.execute(
+        select(TaskInstance.dag_id, func.count()).where(active).group_by(TaskInstance.dag_id)
+    ).all())  # fmt: skip
+    workloads = []
+    for ti in candidates:
+        if len(workloads) >= room:
+            break
+        doc = bag.get(session, ti.dag_id)
+        if doc is None or per_dag.get(ti.dag_id, 0) >= doc.max_active_tasks:
+            continue
+        run = session.get(DagRun, ti.dag_run_id)
+        model = session.get(DagModel, ti.dag_id)
+        task = doc.task(ti.task_id)
+        ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
+        per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
+        try_number = ti.try_number + 1
+        workloads.append(Workload(
+            ti_id=ti.id, dag_id=ti.dag_id, run_id=run.run_id, task_id=ti.task_id,
+            try_number=try_number, dag_file=model.fileloc,
+            dags_folder=str(settings.core.dags_folder),
+            logical_date=aware(run.logical_date),
+            data_interval_start=aware(run.data_interval_start),
+            data_interval_end=aware(run.data_interval_end),
+            conf=json.loads(run.conf or "{}"), params=doc.params,
+            execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
+            log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
+        ))  # fmt: skip
+    return workloads

@@ -1,0 +1,227 @@
+"""Dag runs and task instance states: what the scheduler decides in each loop.
+
+Everything works from serialized Dags; no Dag file is ever imported here. Rows the
+decisions change are read ``FOR UPDATE SKIP LOCKED`` on PostgreSQL and MySQL/MariaDB,
+so that two schedulers on one database never decide about the same row at once
+(SQLite ignores the clause and runs one scheduler).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from spawnflow.models.dag import DagModel, SerializedDagModel
+from spawnflow.models.run import DagRun, DagRunState, TaskInstance, TaskState
+from spawnflow.processors.scheduler import decisions
+from spawnflow.processors.scheduler.timetable import next_interval
+from spawnflow.sdk import serialize
+from spawnflow.sdk.schedule import zone_from_name
+
+ACTIVE_RUNS = (DagRunState.QUEUED, DagRunState.RUNNING)
+_REASONS = {
+    TaskState.UPSTREAM_FAILED: "an upstream task failed",
+    TaskState.SKIPPED: "its trigger rule was not met",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def aware(moment: dt.datetime | None) -> dt.datetime | None:
+    """A stored time as an aware UTC datetime (SQLite and MySQL hand back naive ones)."""
+    if moment is None:
+        return None
+    return moment.astimezone(dt.UTC) if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+class DagBag:
+    """Serialized Dags, decoded once per version."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[str, serialize.SerializedDag]] = {}
+
+    def get(self, session: Session, dag_id: str) -> serialize.SerializedDag | None:
+        row = session.execute(
+            select(SerializedDagModel.dag_hash, SerializedDagModel.data).where(
+                SerializedDagModel.dag_id == dag_id
+            )
+        ).first()
+        if row is None:
+            return None
+        cached = self._cache.get(dag_id)
+        if cached is None or cached[0] != row.dag_hash:
+            cached = (row.dag_hash, serialize.decode(row.data).dag)
+            self._cache[dag_id] = cached
+        return cached[1]
+
+
+def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
+    """Create the next scheduled run of every Dag that is due one; how many were made."""
+    dags = session.scalars(
+        select(DagModel)
+        .where(DagModel.is_active.is_(True), DagModel.is_paused.is_(False))
+        .order_by(DagModel.dag_id)
+        .with_for_update(skip_locked=True)
+    ).all()
+    created = 0
+    for model in dags:
+        doc = bag.get(session, model.dag_id)
+        if doc is None or doc.schedule.kind == "manual":
+            continue
+        active = session.scalar(
+            select(func.count()).where(DagRun.dag_id == model.dag_id, DagRun.state.in_(ACTIVE_RUNS))
+        )
+        if active >= doc.max_active_runs:
+            continue
+        last = session.scalar(
+            select(func.max(DagRun.logical_date)).where(
+                DagRun.dag_id == model.dag_id, DagRun.run_type == "scheduled"
+            )
+        )
+        interval = next_interval(
+            doc.schedule, doc.start_date, doc.end_date, doc.catchup, aware(last), now,
+            zone_from_name(doc.timezone),
+        )  # fmt: skip
+        if interval is None:
+            continue
+        session.add(DagRun(
+            dag_id=model.dag_id, run_id=f"scheduled__{interval.start.isoformat()}",
+            run_type="scheduled", state=DagRunState.QUEUED, logical_date=interval.start,
+            data_interval_start=interval.start, data_interval_end=interval.end, conf="{}",
+        ))  # fmt: skip
+        created += 1
+    return created
+
+
+def trigger_run(
+    session: Session, dag_id: str, conf: dict[str, Any] | None = None, *,
+    logical_date: dt.datetime | None = None, run_id: str | None = None,
+) -> DagRun:  # fmt: skip
+    """Create a manual run of ``dag_id`` (it starts as queued)."""
+    moment = logical_date or utcnow()
+    run = DagRun(
+        dag_id=dag_id, run_id=run_id or f"manual__{moment.isoformat()}", run_type="manual",
+        state=DagRunState.QUEUED, logical_date=moment, data_interval_start=moment,
+        data_interval_end=moment, conf=json.dumps(conf or {}),
+    )  # fmt: skip
+    session.add(run)
+    session.flush()
+    return run
+
+
+def start_queued_runs(
+    session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None
+) -> int:
+    """Move queued runs to running within ``max_active_runs``; create their task instances."""
+    query = select(DagRun).where(DagRun.state == DagRunState.QUEUED)
+    if only is not None:
+        query = query.where(DagRun.id.in_(only))
+    queued = session.scalars(
+        query.order_by(DagRun.logical_date, DagRun.id).with_for_update(skip_locked=True)
+    ).all()
+    started = 0
+    for run in queued:
+        doc = bag.get(session, run.dag_id)
+        if doc is None:
+            continue
+        running = session.scalar(
+            select(func.count()).where(
+                DagRun.dag_id == run.dag_id, DagRun.state == DagRunState.RUNNING
+            )
+        )
+        if running >= doc.max_active_runs:
+            continue
+        run.state, run.start_date = DagRunState.RUNNING, now
+        existing = set(session.scalars(
+            select(TaskInstance.task_id).where(TaskInstance.dag_run_id == run.id)
+        ))  # fmt: skip
+        for task in doc.tasks:
+            if task.task_id not in existing:
+                session.add(TaskInstance(
+                    dag_run_id=run.id, dag_id=run.dag_id, task_id=task.task_id,
+                    state=TaskState.NONE, try_number=0, max_tries=task.retries,
+                ))  # fmt: skip
+        started += 1
+    return started
+
+
+def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None) -> int:
+    """Decide about the waiting task instances of running runs; how many changed."""
+    query = select(DagRun).where(DagRun.state == DagRunState.RUNNING)
+    if only is not None:
+        query = query.where(DagRun.id.in_(only))
+    runs = session.scalars(query.order_by(DagRun.id).with_for_update(skip_locked=True)).all()
+    changed = 0
+    for run in runs:
+        doc = bag.get(session, run.dag_id)
+        if doc is None:
+            continue
+        tis = {ti.task_id: ti for ti in session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+        )}  # fmt: skip
+        for task in doc.tasks:
+            ti = tis.get(task.task_id)
+            if ti is None:
+                continue
+            if ti.state == TaskState.UP_FOR_RETRY:
+                if ti.next_try_at is None or aware(ti.next_try_at) <= now:
+                    ti.state, ti.next_try_at = TaskState.SCHEDULED, None
+                    changed += 1
+                continue
+            if ti.state != TaskState.NONE:
+                continue
+            upstream = [tis[u].state for u in task.upstream if u in tis]
+            decision = decisions.decide(task.trigger_rule, upstream)
+            if decision == decisions.RUN:
+                ti.state = TaskState.SCHEDULED
+            elif decision != decisions.WAIT:
+                ti.state, ti.start_date, ti.end_date = decision, now, now
+                ti.reason = _REASONS[decision]
+            else:
+                continue
+            changed += 1
+        state = decisions.run_state(ti.state for ti in tis.values())
+        if state is not None:
+            run.state, run.end_date = state, now
+            changed += 1
+    return changed
+
+
+def fail_stale_tasks(
+    session: Session, bag: DagBag, now: dt.datetime, timeout: float
+) -> list[TaskInstance]:
+    """Running task instances whose supervisor stopped heartbeating: failed, or retried."""
+    limit = now - dt.timedelta(seconds=timeout)
+    stale = session.scalars(
+        select(TaskInstance)
+        .where(TaskInstance.state == TaskState.RUNNING, TaskInstance.last_heartbeat < limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    for ti in stale:
+        reason = f"no heartbeat for {timeout:g} seconds: its supervisor is gone"
+        fail(ti, now, reason, retry_delay(session, bag, ti))
+    return stale
+
+
+def retry_delay(session: Session, bag: DagBag, ti: TaskInstance) -> float:
+    doc = bag.get(session, ti.dag_id)
+    try:
+        return doc.task(ti.task_id).retry_delay if doc else 0.0
+    except KeyError:
+        return 0.0
+
+
+def fail(ti: TaskInstance, now: dt.datetime, reason: str, retry_delay: float = 0.0) -> None:
+    """End the current try of ``ti`` as failed, or up_for_retry if it has tries left."""
+    if ti.try_number <= ti.max_tries and ti.try_number > 0:
+        ti.state = TaskState.UP_FOR_RETRY
+        ti.next_try_at = now + dt.timedelta(seconds=retry_delay)
+    else:
+        ti.state = TaskState.FAILED
+    ti.reason, ti.end_date = reason, now

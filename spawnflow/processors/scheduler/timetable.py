@@ -1,0 +1,111 @@
+"""When a schedule wants runs: data intervals, as Airflow users know them.
+
+A run covers the interval ``[start, end)`` and is due once ``end`` has passed; its
+logical date is ``start``. Cron expressions are evaluated in the time zone of the
+Dag's start date (UTC unless it says otherwise). ``@once`` is one run at the start
+date; a manual schedule has no runs of its own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import NamedTuple
+
+from cronsim import CronSim
+
+from spawnflow.sdk.schedule import Schedule
+
+UTC = dt.UTC
+
+
+class Interval(NamedTuple):
+    """A data interval; its run's logical date is ``start``."""
+
+    start: dt.datetime
+    end: dt.datetime
+
+
+def next_interval(
+    schedule: Schedule,
+    start_date: dt.datetime | None,
+    end_date: dt.datetime | None,
+    catchup: bool,
+    last_logical_date: dt.datetime | None,
+    now: dt.datetime,
+    zone: dt.tzinfo = UTC,
+) -> Interval | None:
+    """The next interval to create a run for, if one is due at ``now``.
+
+    ``last_logical_date`` is that of the newest scheduled run so far, if any; cron
+    expressions are read in ``zone``.
+    """
+    if schedule.kind == "manual" or start_date is None:
+        return None
+    start_date = start_date.astimezone(zone)
+    if last_logical_date is not None:
+        last_logical_date = last_logical_date.astimezone(zone)
+    if schedule.kind == "once":
+        if last_logical_date is None and start_date <= now:
+            return Interval(start_date, start_date)
+        return None
+    if last_logical_date is None or not catchup:
+        candidate = _first_interval(schedule, start_date)
+        if not catchup:
+            latest = _latest_complete(schedule, start_date, now)
+            if latest is not None and latest.start > candidate.start:
+                candidate = latest
+        if last_logical_date is not None and candidate.start <= last_logical_date:
+            candidate = _after(schedule, last_logical_date, start_date)
+    else:
+        candidate = _after(schedule, last_logical_date, start_date)
+    if candidate.end > now:
+        return None
+    if end_date is not None and candidate.start > end_date:
+        return None
+    return Interval(candidate.start.astimezone(UTC), candidate.end.astimezone(UTC))
+
+
+def _first_interval(schedule: Schedule, start_date: dt.datetime) -> Interval:
+    if schedule.kind == "interval":
+        return Interval(start_date, start_date + _delta(schedule))
+    first = _tick_at_or_after(schedule, start_date)
+    return Interval(first, _tick_after(schedule, first))
+
+
+def _after(schedule: Schedule, logical_date: dt.datetime, start_date: dt.datetime) -> Interval:
+    """The interval that follows the one starting at ``logical_date``."""
+    if schedule.kind == "interval":
+        start = logical_date + _delta(schedule)
+        return Interval(start, start + _delta(schedule))
+    start = _tick_after(schedule, logical_date)
+    return Interval(start, _tick_after(schedule, start))
+
+
+def _latest_complete(schedule: Schedule, start_date: dt.datetime, now: dt.datetime):
+    """The newest interval that has ended by ``now``, or None."""
+    if schedule.kind == "interval":
+        delta = _delta(schedule)
+        if now < start_date + delta:
+            return None
+        count = int((now - start_date) / delta)
+        end = start_date + count * delta
+        return Interval(end - delta, end)
+    zone = start_date.tzinfo
+    ticks = CronSim(schedule.cron, now.astimezone(zone) + dt.timedelta(seconds=1), reverse=True)
+    end = next(ticks)
+    start = next(ticks)
+    if start < start_date:
+        return None
+    return Interval(start, end)
+
+
+def _tick_at_or_after(schedule: Schedule, moment: dt.datetime) -> dt.datetime:
+    return next(CronSim(schedule.cron, moment - dt.timedelta(seconds=1)))
+
+
+def _tick_after(schedule: Schedule, moment: dt.datetime) -> dt.datetime:
+    return next(CronSim(schedule.cron, moment))
+
+
+def _delta(schedule: Schedule) -> dt.timedelta:
+    return dt.timedelta(seconds=schedule.seconds or 0)

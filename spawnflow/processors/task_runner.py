@@ -1,0 +1,137 @@
+"""The task process (role ``task``): import the Dag file, find the task, run it.
+
+Started by the task's supervisor (inside an executor worker) through the launcher.
+It never opens the database and never imports SQLAlchemy: XComs and Variables are
+requests to the supervisor. Its stdout and stderr are captured by the supervisor
+into the try's log file. Its last message is a TaskOutcome.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import traceback
+from typing import Any
+
+from spawnflow.bootstrap import lifecycle, logs
+from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.sdk import loading, runtime, xcom
+from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
+
+
+class TaskFailed(Exception):
+    """The task's own failure, with a reason for its task instance."""
+
+
+def run_task(channel, workload: Workload) -> None:
+    """Run one try of one task and report how it ended."""
+    context = {
+        "dag_id": workload.dag_id,
+        "task_id": workload.task_id,
+        "run_id": workload.run_id,
+        "logical_date": workload.logical_date,
+        "data_interval_start": workload.data_interval_start,
+        "data_interval_end": workload.data_interval_end,
+        "try_number": workload.try_number,
+        "params": {**workload.params, **workload.conf},
+        "conf": workload.conf,
+    }
+    runtime.install(channel, context)
+    logger = logs.get_logger("spawnflow.task")
+    logger.info("task started", task_id=workload.task_id, try_number=workload.try_number)
+    try:
+        task = _find_task(workload)
+        result = _execute(task, channel)
+        if result is not None:
+            encoded = xcom.encode(result, "return_value", workload.task_id)
+            _push(channel, "return_value", encoded)
+    except lifecycle.WarmStop:
+        channel.send(TaskOutcome(state="failed", reason="the task was asked to stop"))
+        raise
+    except (TaskFailed, xcom.XComError) as failure:
+        logger.error("task failed", reason=str(failure))
+        channel.send(TaskOutcome(state="failed", reason=str(failure)))
+        return
+    except BaseException as error:  # noqa: BLE001 - a task's error of any kind fails the task
+        traceback.print_exc()
+        reason = traceback.format_exception_only(type(error), error)[-1].strip()
+        channel.send(TaskOutcome(state="failed", reason=reason))
+        return
+    logger.info("task succeeded", task_id=workload.task_id)
+    channel.send(TaskOutcome(state="success"))
+
+
+def _find_task(workload: Workload) -> Task:
+    loading.prepare_path(workload.dag_file, workload.dags_folder)
+    for dag in loading.import_dag_file(workload.dag_file):
+        if dag.dag_id == workload.dag_id:
+            if workload.task_id not in dag.task_dict:
+                raise TaskFailed(f"Dag {dag.dag_id!r} no longer has task {workload.task_id!r}")
+            return dag.task_dict[workload.task_id]
+    raise TaskFailed(f"{workload.dag_file} no longer defines Dag {workload.dag_id!r}")
+
+
+def _execute(task: Task, channel) -> Any:
+    args = [_resolve(value, channel) for value in task.op_args]
+    kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
+    if isinstance(task, PythonTask):
+        return _call_with_context(task.python_callable, args, kwargs)
+    if isinstance(task, CommandTask):
+        command = task.command
+        if callable(command):
+            command = _call_with_context(command, args, kwargs)
+        return _run_command(str(command), task)
+    raise TaskFailed(f"spawnflow cannot run tasks of kind {task.kind!r}")
+
+
+def _call_with_context(function, args: list, kwargs: dict) -> Any:
+    """Call ``function``; a parameter named ``context`` gets the task's context."""
+    try:
+        accepts = "context" in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if accepts and "context" not in kwargs:
+        kwargs = {**kwargs, "context": runtime.get_current_context()}
+    return function(*args, **kwargs)
+
+
+def _run_command(command: str, task: CommandTask) -> str | None:
+    """Run ``command`` in a shell; its output goes to ours, its last line is the XCom."""
+    env = {**os.environ, **task.env}
+    process = subprocess.Popen(
+        command, shell=True, cwd=task.cwd or None, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=None, bufsize=1,
+    )  # fmt: skip
+    last = None
+    for line in process.stdout:
+        sys.stdout.write(line)
+        if line.strip():
+            last = line.rstrip("\n")
+    code = process.wait()
+    if code != 0:
+        raise TaskFailed(f"the command exited with code {code}")
+    return last
+
+
+def _resolve(value: Any, channel) -> Any:
+    if isinstance(value, XComArg):
+        answer = channel.call(XComPull(id=channel.next_id(), task_id=value.task.task_id,
+                                       key=value.key))  # fmt: skip
+        return None if answer.value is None else xcom.decode(answer.value)
+    if isinstance(value, list):
+        return [_resolve(item, channel) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_resolve(item, channel) for item in value)
+    if isinstance(value, dict):
+        return {key: _resolve(item, channel) for key, item in value.items()}
+    return value
+
+
+def _push(channel, key: str, value: str) -> None:
+    from spawnflow.bootstrap.wire import ErrorResponse
+
+    answer = channel.call(XComPush(id=channel.next_id(), key=key, value=value))
+    if isinstance(answer, ErrorResponse):
+        raise TaskFailed(answer.message)

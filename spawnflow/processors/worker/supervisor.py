@@ -1,0 +1,305 @@
+"""The task supervisor: runs one try of one task in a task process and owns its clock.
+
+It marks the task instance running, launches the task process (role ``task``), and
+then serves it from one wait loop: answers its XCom and Variable requests, copies
+its stdout and stderr into the try's log file, heartbeats the task instance, stops
+the task's whole tree when ``execution_timeout`` passes (law 8: also when the task
+ignores signals or sits in native code), and stops it within one heartbeat when
+someone marks the task instance failed or clears it. Then it writes how the try
+ended.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from spawnflow.bootstrap import launcher, lifecycle, orm, wire
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.tasks import (
+    Done,
+    GetVariable,
+    TaskOutcome,
+    VariableValue,
+    Workload,
+    XComPull,
+    XComPush,
+    XComValue,
+)
+from spawnflow.models.run import DagRun, TaskInstance, TaskState, Variable, XCom
+
+TARGET = "spawnflow.processors.task_runner:run_task"
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class AttemptLog:
+    """The try's log file: JSON lines from the supervisor and the task's output."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._partial = {"stdout": "", "stderr": ""}
+
+    def event(self, event: str, level: str = "info", **fields: Any) -> None:
+        self._write({"event": event, "level": level, "logger": "spawnflow.supervisor", **fields})
+
+    def output(self, stream: str, data: bytes, final: bool = False) -> None:
+        """Append what the task wrote on ``stream``, one JSON line per line of text."""
+        text = self._partial[stream] + data.decode("utf-8", errors="replace")
+        lines = text.split("\n")
+        self._partial[stream] = "" if final else lines.pop()
+        for line in lines:
+            if line or not final:
+                self._write({"event": line.rstrip("\r"), "level": "info", "stream": stream})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        record = {"timestamp": utcnow().isoformat(), "role": "supervisor", "pid": os.getpid(),
+                  **record}  # fmt: skip
+        self._file.write(json.dumps(record, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        for stream, rest in self._partial.items():
+            if rest:
+                self.output(stream, b"", final=True)
+        self._file.close()
+
+
+class TaskSupervisor:
+    """Runs one try; constructing one has no side effects."""
+
+    def __init__(self, workload: Workload, settings: Settings, *, method: str | None = None):
+        self.workload = workload
+        self.settings = settings
+        self.method = method
+        self.reason: str | None = None
+
+    def run(self) -> str:
+        """Run the try and return the state the task instance ended in."""
+        started = self._start()
+        if started is not None:
+            return started  # not ours to run (any more)
+        attempt = AttemptLog(Path(self.workload.log_file))
+        attempt.event("task queued to this worker", worker_pid=os.getpid(),
+                      try_number=self.workload.try_number)  # fmt: skip
+        try:
+            outcome, status, why = self._supervise(attempt)
+        except lifecycle.WarmStop:  # a second stop request: now
+            launcher.stop_children(grace=0)
+            attempt.event("stopped: the worker is shutting down", level="warning")
+            self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
+            raise
+        if why == "external":
+            attempt.event("stopped: the task instance was changed from outside", level="warning")
+            attempt.close()
+            return self._current_state()
+        if why is not None:
+            state, reason = TaskState.FAILED, why
+        elif outcome is not None and outcome.state == TaskState.SUCCESS:
+            state, reason = TaskState.SUCCESS, None
+        elif outcome is not None:
+            state, reason = TaskState.FAILED, outcome.reason
+        else:
+            state = TaskState.FAILED
+            reason = f"the task process {status.describe(meaning=False)} before reporting"
+        return self._finish(state, reason, attempt)
+
+    # -- states ---------------------------------------------------------------------
+
+    def _start(self) -> str | None:
+        """Mark the task instance running; its state instead if it is no longer queued."""
+        workload = self.workload
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, workload.ti_id, with_for_update=True)
+            if ti is None:
+                return TaskState.NONE
+            if ti.state != TaskState.QUEUED or ti.try_number + 1 != workload.try_number:
+                return ti.state
+            now = utcnow()
+            ti.state = TaskState.RUNNING
+            ti.try_number = workload.try_number
+            ti.start_date, ti.end_date, ti.duration = now, None, None
+            ti.hostname, ti.worker_pid, ti.last_heartbeat = socket.gethostname(), os.getpid(), now
+            ti.reason = None
+        return None
+
+    def _finish(self, state: str, reason: str | None, attempt: AttemptLog) -> str:
+        """Write how the try ended (a failure with tries left becomes up_for_retry)."""
+        now = utcnow()
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, self.workload.ti_id, with_for_update=True)
+            if ti is None or ti.state != TaskState.RUNNING:
+                attempt.close()
+                return ti.state if ti else TaskState.NONE  # changed from outside meanwhile
+            if state == TaskState.FAILED and ti.try_number <= ti.max_tries:
+                state = TaskState.UP_FOR_RETRY
+                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_delay)
+            ti.state, ti.reason, ti.end_date = state, reason, now
+            ti.duration = (now - _aware(ti.start_date)).total_seconds() if ti.start_date else None
+            ti.task_pid = None
+        attempt.event("task finished", level="info" if state == "success" else "error",
+                      state=state, reason=reason)  # fmt: skip
+        attempt.close()
+        return state
+
+    def _current_state(self) -> str:
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, self.workload.ti_id)
+            return ti.state if ti else TaskState.NONE
+
+    # -- the wait loop --------------------------------------------------------------
+
+    def _supervise(self, attempt: AttemptLog):
+        """Serve the task process until it ends; (outcome, exit status, why it was stopped)."""
+        from multiprocess.connection import wait
+
+        spec = launcher.ChildSpec(
+            "task", TARGET, {"workload": self.workload}, settings=self.settings,
+            log_file=Path(self.workload.log_file), capture_output=True,
+        )  # fmt: skip
+        child = launcher.launch(spec, method=self.method, component="executor")
+        self._set_task_pid(child.pid)
+        platform = platforms.current()
+        streams = {"stdout": child.stdout, "stderr": child.stderr}
+        interval = self.settings.executor.heartbeat_interval
+        timeout = self.workload.execution_timeout
+        began = time.monotonic()
+        deadline = began + timeout if timeout else None
+        next_beat = began + interval
+        outcome, why, exited_at, stop_by = None, None, None, None
+        channel_open = True
+        while True:
+            now = time.monotonic()
+            wake = min(next_beat, deadline or next_beat, stop_by or next_beat)
+            if exited_at is not None:
+                wake = min(wake, exited_at + 2.0)
+            objects = list(streams.values())
+            if channel_open:
+                objects.append(child.channel.connection)
+            if exited_at is None:
+                objects.append(child.sentinel)
+            for ready in wait(objects, timeout=max(0.0, wake - now)):
+                if ready is child.channel.connection:
+                    answer, channel_open = self._serve(child)
+                    outcome = answer or outcome
+                elif ready is not child.sentinel:
+                    name = next(n for n, c in streams.items() if c is ready)
+                    data = platform.read_output(ready)
+                    if data:
+                        attempt.output(name, data)
+                    else:
+                        del streams[name]
+            now = time.monotonic()
+            if exited_at is None and not child.is_alive():
+                exited_at = now
+            # Gone, and its output read to the end (or for two more seconds: a process
+            # it left behind may hold the pipes open; reaping kills what is left).
+            if exited_at is not None and (not streams or now >= exited_at + 2.0):
+                while channel_open and child.channel.poll():
+                    answer, channel_open = self._serve(child)
+                    outcome = answer or outcome
+                return outcome, child.join(timeout=30), why
+            if deadline is not None and now >= deadline and why is None:
+                why = self._stop_for_timeout(child, attempt, timeout)
+            if lifecycle.stop_requested.is_set() and why is None:
+                # The worker is stopping: the task gets the grace period to finish.
+                stop_by = stop_by or now + self.settings.core.stop_grace_period
+                if now >= stop_by:
+                    attempt.event("stopped: spawnflow is shutting down", level="warning")
+                    child.stop(grace=0)
+                    why = "stopped because spawnflow shut down before the task finished"
+            if now >= next_beat:
+                next_beat = now + interval
+                if why is None and not self._heartbeat():
+                    why = "external"
+                    child.stop(grace=self.settings.core.stop_grace_period)
+
+    def _serve(self, child: launcher.Child) -> tuple[TaskOutcome | None, bool]:
+        """Answer one message of the task process: (its outcome if it sent it, channel open)."""
+        try:
+            message = child.channel.recv()
+        except (EOFError, OSError):
+            return None, False
+        if isinstance(message, TaskOutcome):
+            return message, True
+        if isinstance(message, wire.Request):
+            try:
+                child.channel.send(self._answer(message))
+            except (OSError, ValueError):
+                pass  # the task died before reading its answer
+        return None, True
+
+    def _answer(self, request: wire.Request) -> wire.Response:
+        workload = self.workload
+        with orm.session_scope() as session:
+            if isinstance(request, XComPull):
+                value = session.scalar(
+                    select(XCom.value)
+                    .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
+                    .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
+                    .where(DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id,
+                           TaskInstance.task_id == request.task_id, XCom.key == request.key)
+                )  # fmt: skip
+                return XComValue(id=request.id, value=value)
+            if isinstance(request, XComPush):
+                limit = self.settings.core.max_xcom_size
+                if len(request.value.encode()) > limit:
+                    return wire.ErrorResponse(
+                        id=request.id, kind="XCOM_TOO_LARGE",
+                        message=f"XCom {request.key!r} of task {workload.task_id!r} is "
+                        f"{len(request.value.encode())} bytes; [core] max_xcom_size is {limit}",
+                    )  # fmt: skip
+                stored = session.scalar(select(XCom).where(
+                    XCom.task_instance_id == workload.ti_id, XCom.key == request.key
+                ))  # fmt: skip
+                if stored is None:
+                    stored = XCom(task_instance_id=workload.ti_id, key=request.key)
+                    session.add(stored)
+                stored.value = request.value
+                return Done(id=request.id)
+            if isinstance(request, GetVariable):
+                value = session.scalar(select(Variable.value).where(Variable.key == request.key))
+                return VariableValue(id=request.id, value=value)
+        return wire.ErrorResponse(
+            id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__
+        )
+
+    def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
+        attempt.event("execution_timeout passed: stopping the task", level="error",
+                      execution_timeout=timeout)  # fmt: skip
+        status = child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
+        how = "killed" if status.cold else "stopped"
+        return f"execution_timeout of {timeout:g} seconds exceeded; the task process was {how}"
+
+    def _heartbeat(self) -> bool:
+        """Record that the try is alive; False if someone changed the task instance."""
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, self.workload.ti_id)
+            if ti is None or ti.state != TaskState.RUNNING:
+                return False
+            if ti.try_number != self.workload.try_number:
+                return False
+            ti.last_heartbeat = utcnow()
+            return True
+
+    def _set_task_pid(self, pid: int) -> None:
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, self.workload.ti_id)
+            if ti is not None:
+                ti.task_pid = pid
+
+
+def _aware(moment: dt.datetime) -> dt.datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)

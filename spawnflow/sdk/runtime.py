@@ -1,0 +1,83 @@
+"""What a running task can ask for: its context, Variables, XComs of other tasks.
+
+Only usable inside a task process, where the task runner installs the channel to the
+task's supervisor. The task process never opens the database: each call is a
+request its supervisor answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_channel = None
+_context: dict[str, Any] | None = None
+
+_MISSING = object()
+
+
+class NotInTask(RuntimeError):
+    """A runtime call made outside a running task."""
+
+
+def install(channel: Any, context: dict[str, Any]) -> None:
+    """Called by the task runner before the task's code runs."""
+    global _channel, _context
+    _channel, _context = channel, context
+
+
+def get_current_context() -> dict[str, Any]:
+    """The running task's context: ``dag_id``, ``task_id``, ``run_id``, ``logical_date``,
+    ``data_interval_start``, ``data_interval_end``, ``try_number``, ``params``, ``conf``.
+
+    Raises:
+        NotInTask: outside a running task.
+    """
+    if _context is None:
+        raise NotInTask("get_current_context() works only inside a running task")
+    return dict(_context)
+
+
+def _call(make: Any) -> Any:
+    """Send the request ``make(id)`` builds to the supervisor and return its answer."""
+    from spawnflow.bootstrap.wire import ErrorResponse
+
+    if _channel is None:
+        raise NotInTask("this works only inside a running task")
+    answer = _channel.call(make(_channel.next_id()))
+    if isinstance(answer, ErrorResponse):
+        raise RuntimeError(f"{answer.kind}: {answer.message}")
+    return answer
+
+
+class Variable:
+    """Read Variables (``spawnflow variables set KEY VALUE``) from a task."""
+
+    @staticmethod
+    def get(key: str, default: Any = _MISSING) -> str:
+        """The Variable's value; ``default`` if it is not set (KeyError without a default)."""
+        from spawnflow.comms.tasks import GetVariable
+
+        answer = _call(lambda id: GetVariable(id=id, key=key))
+        if answer.value is None:
+            if default is _MISSING:
+                raise KeyError(f"there is no Variable {key!r}")
+            return default
+        return answer.value
+
+
+def xcom_pull(task_id: str, key: str = "return_value") -> Any:
+    """The value ``task_id`` of this Dag run pushed under ``key``, or None."""
+    from spawnflow.comms.tasks import XComPull
+    from spawnflow.sdk import xcom
+
+    answer = _call(lambda id: XComPull(id=id, task_id=task_id, key=key))
+    return None if answer.value is None else xcom.decode(answer.value)
+
+
+def xcom_push(key: str, value: Any) -> None:
+    """Push ``value`` under ``key`` for the downstream tasks of this run."""
+    from spawnflow.comms.tasks import XComPush
+    from spawnflow.sdk import xcom
+
+    encoded = xcom.encode(value, key, get_current_context()["task_id"])
+    _call(lambda id: XComPush(id=id, key=key, value=encoded))
