@@ -67,7 +67,18 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 
 
 def _register() -> None:
-    from spawnflow.commands import config, dag_processor, dags, db, doctor, info
+    from spawnflow.commands import (
+        config,
+        dag_processor,
+        dags,
+        db,
+        doctor,
+        info,
+        runs,
+        scheduler,
+        tasks,
+        variables,
+    )
 
     cli.add_command(info.info_command)
     cli.add_command(config.config_group)
@@ -75,6 +86,11 @@ def _register() -> None:
     cli.add_command(doctor.doctor_command)
     cli.add_command(dag_processor.dag_processor_command)
     cli.add_command(dags.dags_group)
+    cli.add_command(scheduler.scheduler_command)
+    cli.add_command(scheduler.standalone_command)
+    cli.add_command(runs.runs_group)
+    cli.add_command(tasks.tasks_group)
+    cli.add_command(variables.variables_group)
 
 
 _register()

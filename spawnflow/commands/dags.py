@@ -183,3 +183,56 @@ def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
         click.echo(f"{file} defines no Dag under any start method.", err=True)
         raise click.exceptions.Exit(1)
     click.echo("Same result under every start method.")
+
+
+def _conf(text: str | None) -> dict:
+    import json
+
+    if text is None:
+        return {}
+    try:
+        conf = json.loads(text)
+    except ValueError as error:
+        raise click.BadParameter(f"not JSON: {error}", param_hint="--conf") from None
+    if not isinstance(conf, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--conf")
+    return conf
+
+
+@dags_group.command("trigger", short_help="Create a manual run of a Dag.")
+@click.argument("dag_id")
+@click.option("--conf", help="JSON object passed to the run (tasks see it in their context).")
+@pass_state
+def trigger_command(state: State, dag_id: str, conf: str | None) -> None:
+    """Create a manual run of DAG_ID; the scheduler runs it."""
+    from spawnflow.services import runs
+
+    state.database()
+    run = runs.trigger(dag_id, _conf(conf))
+    click.echo(f"Created run {run.run_id!r} of Dag {dag_id!r} (queued).")
+
+
+@dags_group.command("test", short_help="Run a Dag once in the foreground.")
+@click.argument("dag_id")
+@click.option("--conf", help="JSON object passed to the run.")
+@pass_state
+def test_command(state: State, dag_id: str, conf: str | None) -> None:
+    """Run DAG_ID once, now, through real task processes, with live progress and a summary.
+    Parses the Dag files first if the Dag is not known yet."""
+    from spawnflow.commands.runs import when
+    from spawnflow.services import testing
+
+    settings = state.database()
+
+    def progress(task_id: str, task_state: str, reason: str | None) -> None:
+        click.echo(f"  {task_id}: {task_state}" + (f" ({reason})" if reason else ""))
+
+    run, tis = testing.test_dag(settings, dag_id, _conf(conf), progress)
+    rows = [[ti.task_id, ti.state, str(ti.try_number), f"{ti.duration or 0:.2f}",
+             ti.reason or ""] for ti in tis]  # fmt: skip
+    click.echo(table(["task", "state", "tries", "seconds", "reason"], rows))
+    click.echo(
+        f"Run {run.run_id!r}: {run.state} ({when(run.start_date)} to {when(run.end_date)} UTC)"
+    )
+    if run.state != "success":
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,45 @@
+"""``spawnflow runs list``."""
+
+from __future__ import annotations
+
+import click
+
+from spawnflow.commands.output import table
+from spawnflow.commands.state import State, pass_state
+
+
+def when(moment) -> str:
+    import datetime as dt
+
+    if moment is None:
+        return "-"
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(dt.UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}"
+
+
+@click.group("runs", short_help="List Dag runs.")
+def runs_group() -> None:
+    """Dag runs."""
+
+
+@runs_group.command("list", short_help="List recent Dag runs.")
+@click.option("--dag-id", help="Only this Dag's runs.")
+@click.option("--limit", default=50, show_default=True, help="At most this many runs.")
+@pass_state
+def list_command(state: State, dag_id: str | None, limit: int) -> None:
+    """List Dag runs, newest first (times in UTC)."""
+    from spawnflow.services import runs
+
+    state.database()
+    rows = [
+        [r.dag_id, r.run_id, r.run_type, r.state, when(r.logical_date), when(r.start_date),
+         when(r.end_date)]
+        for r in runs.list_runs(dag_id, limit)
+    ]  # fmt: skip
+    if not rows:
+        click.echo("No Dag runs yet.")
+        return
+    click.echo(
+        table(["dag_id", "run_id", "type", "state", "logical date", "started", "ended"], rows)
+    )

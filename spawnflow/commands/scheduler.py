@@ -1,0 +1,83 @@
+"""``spawnflow scheduler`` and ``spawnflow standalone``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from spawnflow.commands.state import State, pass_state
+
+
+def _console_logging(state: State, role: str):
+    from spawnflow.bootstrap import logs
+
+    settings = state.settings()
+    logs.configure(
+        role, level=settings.logging.level, console=True,
+        log_file=logs.role_log_file(settings.logging.base_log_folder, role),
+        console_level=None if state.verbose else "WARNING",
+    )  # fmt: skip
+
+
+@click.command("scheduler", short_help="Create Dag runs and run their tasks.")
+@click.option("--num-loops", type=click.IntRange(min=1), help="Stop after this many loops.")
+@pass_state
+def scheduler_command(state: State, num_loops: int | None) -> None:
+    """Run the scheduler with its local executor: it creates Dag runs from schedules and
+    runs their tasks in worker processes under the configured start methods.
+
+    SIGTERM or Ctrl-C lets running tasks finish (up to [core] stop_grace_period);
+    a second Ctrl-C stops at once."""
+    from spawnflow.bootstrap import lifecycle
+    from spawnflow.processors.scheduler.job import Scheduler
+
+    settings = state.database()
+    _console_logging(state, "scheduler")
+    lifecycle.install()
+    lifecycle.defer_warm_stop()
+    try:
+        Scheduler(settings).run(num_loops=num_loops)
+    except lifecycle.WarmStop:
+        raise click.exceptions.Exit(130) from None
+
+
+@click.command("standalone", short_help="Run the Dag processor and the scheduler together.")
+@click.option("--exit-when-idle", is_flag=True,
+              help="Exit once every Dag run that was due has finished.")  # fmt: skip
+@pass_state
+def standalone_command(state: State, exit_when_idle: bool) -> None:
+    """Migrate the database if needed, then run the Dag processor and the scheduler (with
+    its workers) as child processes, with a status line per component.
+
+    Ctrl-C or SIGTERM stops the whole process tree (warm); a second Ctrl-C stops it
+    at once."""
+    from spawnflow.bootstrap import lifecycle
+    from spawnflow.models import schema
+    from spawnflow.services import standalone
+
+    settings = state.settings()
+    before, after = schema.migrate()
+    _console_logging(state, "standalone")
+    click.echo(f"spawnflow standalone, start method {settings.core.mp_start_method}")
+    click.echo(
+        f"Database: {after.describe()}" + (" (migrated now)" if before != after.current else "")
+    )
+    click.echo(f"Dags:     {settings.core.dags_folder}")
+    click.echo(f"Logs:     {settings.logging.base_log_folder}")
+    lifecycle.install()
+    lifecycle.defer_warm_stop()
+    tty = sys.stdout.isatty()
+
+    def show(line: str) -> None:
+        if tty:
+            click.echo("\r\033[K" + line, nl=False)
+        else:
+            click.echo(line)
+
+    outcome = standalone.run(settings, exit_when_idle=exit_when_idle, show=show)
+    if tty:
+        click.echo()
+    click.echo(f"Done: {outcome.reason}.")
+    if outcome.exit_code:
+        raise click.exceptions.Exit(outcome.exit_code)

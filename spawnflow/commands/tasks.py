@@ -1,0 +1,116 @@
+"""``spawnflow tasks test | states | logs | clear | mark-failed``."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from spawnflow.commands.output import table
+from spawnflow.commands.runs import when
+from spawnflow.commands.state import State, pass_state
+
+
+@click.group("tasks", short_help="Run, inspect and change task instances.")
+def tasks_group() -> None:
+    """Task instances."""
+
+
+@tasks_group.command("test", short_help="Run one task now, writing no state.")
+@click.argument("dag_id")
+@click.argument("task_id")
+@pass_state
+def test_command(state: State, dag_id: str, task_id: str) -> None:
+    """Run one task once in a task process (under the executor's start method), ignoring its
+    dependencies and writing nothing to the database; show its log and its XComs."""
+    from spawnflow.sdk import xcom
+    from spawnflow.services import runs, testing
+
+    settings = state.database()
+    result = testing.test_task(settings, dag_id, task_id, click.echo)
+    for line in runs.read_log(result.log_file)[0]:
+        click.echo(line)
+    for key, value in result.xcoms.items():
+        click.echo(f"XCom {key}: {xcom.decode(value)!r}")
+    click.echo(
+        f"Task {task_id!r}: {result.state}" + (f" ({result.reason})" if result.reason else "")
+    )
+    if result.state != "success":
+        raise click.exceptions.Exit(1)
+
+
+@tasks_group.command("states", short_help="Show the task instances of a run.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@pass_state
+def states_command(state: State, dag_id: str, run_id: str) -> None:
+    """Show each task instance of a run: state, try, times and why it ended so."""
+    from spawnflow.services import runs
+
+    state.database()
+    rows = [
+        [ti.task_id, ti.state, str(ti.try_number), when(ti.start_date), when(ti.end_date),
+         ti.reason or ""]
+        for ti in runs.task_instances(dag_id, run_id)
+    ]  # fmt: skip
+    click.echo(table(["task", "state", "try", "started", "ended", "reason"], rows))
+
+
+@tasks_group.command("logs", short_help="Print the log of a task's try.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.option("--attempt", type=click.IntRange(min=1), help="Which try (default: the latest).")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until the try ends.")
+@pass_state
+def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: int | None,
+                 follow: bool) -> None:  # fmt: skip
+    """Print the log of one try of a task: its own log lines, its stdout and stderr, and what
+    its supervisor did."""
+    from spawnflow.services import runs
+
+    settings = state.database()
+    path, ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)
+    offset = 0
+    while True:
+        lines, offset = runs.read_log(path, offset)
+        for line in lines:
+            click.echo(line)
+        if not follow:
+            break
+        ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)[1]
+        if ti_state not in ("queued", "running"):
+            for line in runs.read_log(path, offset)[0]:
+                click.echo(line)
+            break
+        time.sleep(0.5)  # polling a file someone else appends to
+
+
+@tasks_group.command("clear", short_help="Make task instances run again.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_ids", nargs=-1, required=True)
+@pass_state
+def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, ...]) -> None:
+    """Clear task instances: their state and XComs go, their retries start over, and the
+    scheduler runs them again. A running one is stopped within one heartbeat."""
+    from spawnflow.services import runs
+
+    state.database()
+    cleared = runs.clear(dag_id, run_id, list(task_ids))
+    click.echo(f"Cleared {', '.join(cleared)}.")
+
+
+@tasks_group.command("mark-failed", short_help="Fail a task instance now.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@pass_state
+def mark_failed_command(state: State, dag_id: str, run_id: str, task_id: str) -> None:
+    """Mark a task instance failed. If it is running, its supervisor stops its process
+    within one heartbeat."""
+    from spawnflow.services import runs
+
+    state.database()
+    previous = runs.mark_failed(dag_id, run_id, task_id)
+    click.echo(f"Task {task_id!r} marked failed (it was {previous}).")

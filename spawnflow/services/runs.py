@@ -1,0 +1,173 @@
+"""Runs, task instances, logs and Variables for the CLI, without click."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from spawnflow.bootstrap import orm
+from spawnflow.bootstrap.errors import UserError
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.models.dag import DagModel
+from spawnflow.models.run import DagRun, DagRunState, TaskInstance, TaskState, Variable, XCom
+from spawnflow.processors.scheduler import runs
+from spawnflow.processors.scheduler.queueing import attempt_log
+
+
+class NotFound(UserError):
+    """A run, task instance or Variable that does not exist."""
+
+
+def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
+    """Create a manual run of ``dag_id``; the scheduler picks it up."""
+    with orm.session_scope() as session:
+        if session.get(DagModel, dag_id) is None:
+            raise NotFound(f"there is no Dag {dag_id!r}; see `spawnflow dags list`")
+        return runs.trigger_run(session, dag_id, conf)
+
+
+def list_runs(dag_id: str | None = None, limit: int = 50) -> list[DagRun]:
+    with orm.session_scope() as session:
+        query = select(DagRun).order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(limit)
+        if dag_id:
+            query = query.where(DagRun.dag_id == dag_id)
+        return list(session.scalars(query))
+
+
+def get_run(dag_id: str, run_id: str) -> DagRun:
+    with orm.session_scope() as session:
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if run is None:
+            raise NotFound(f"Dag {dag_id!r} has no run {run_id!r}; see `spawnflow runs list`")
+        return run
+
+
+def task_instances(dag_id: str, run_id: str) -> list[TaskInstance]:
+    run = get_run(dag_id, run_id)
+    with orm.session_scope() as session:
+        return list(session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
+        ))  # fmt: skip
+
+
+def _task_instance(session, dag_id: str, run_id: str, task_id: str) -> TaskInstance:
+    ti = session.scalar(
+        select(TaskInstance)
+        .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
+        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+        .with_for_update()
+    )
+    if ti is None:
+        raise NotFound(f"run {run_id!r} of Dag {dag_id!r} has no task {task_id!r}")
+    return ti
+
+
+def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
+    """Make task instances run again: state none, XComs removed, tries start over.
+
+    A running one's supervisor sees the change within one heartbeat and stops it.
+    """
+    cleared = []
+    bag = runs.DagBag()
+    with orm.session_scope() as session:
+        for task_id in task_ids:
+            ti = _task_instance(session, dag_id, run_id, task_id)
+            session.execute(delete(XCom).where(XCom.task_instance_id == ti.id))
+            document = bag.get(session, dag_id)
+            retries = document.task(task_id).retries if document else 0
+            ti.max_tries = ti.try_number + retries  # every retry is available again
+            ti.state, ti.reason, ti.next_try_at, ti.end_date = TaskState.NONE, None, None, None
+            cleared.append(task_id)
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if run.state in DagRunState.FINISHED:
+            run.state, run.end_date = DagRunState.QUEUED, None
+    return cleared
+
+
+def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
+    """Fail a task instance now; if it runs, its supervisor stops it within one heartbeat."""
+    with orm.session_scope() as session:
+        ti = _task_instance(session, dag_id, run_id, task_id)
+        previous = ti.state
+        ti.state, ti.reason, ti.end_date = (
+            TaskState.FAILED,
+            "marked failed from the CLI",
+            runs.utcnow(),
+        )
+        return previous
+
+
+def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int | None):
+    """The log file of one try (the latest when ``attempt`` is None)."""
+    with orm.session_scope() as session:
+        ti = _task_instance(session, dag_id, run_id, task_id)
+        number = attempt or ti.try_number
+        state = ti.state
+    if number < 1:
+        raise NotFound(f"task {task_id!r} of run {run_id!r} has not run yet (it is {state})")
+    return attempt_log(settings, dag_id, run_id, task_id, number), state
+
+
+def render_log_line(line: str) -> str:
+    """One JSON line of a try's log as a person reads it."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line.rstrip("\n")
+    if not isinstance(record, dict):
+        return line.rstrip("\n")
+    stamp = str(record.get("timestamp", ""))[:19].replace("T", " ")
+    if "stream" in record:
+        return f"{stamp} [{record['stream']}] {record.get('event', '')}"
+    extra = {k: v for k, v in record.items()
+             if k not in {"timestamp", "event", "level", "logger", "role", "pid"}}  # fmt: skip
+    fields = " ".join(f"{k}={v}" for k, v in extra.items())
+    return f"{stamp} {record.get('level', 'info'):<7} {record.get('event', '')} {fields}".rstrip()
+
+
+def read_log(path: Path, offset: int = 0) -> tuple[list[str], int]:
+    """Rendered lines of ``path`` from byte ``offset``, and the offset after them."""
+    if not path.exists():
+        return [], offset
+    with path.open("rb") as file:
+        file.seek(offset)
+        data = file.read()
+    complete = data[: data.rfind(b"\n") + 1] if b"\n" in data else b""
+    lines = [render_log_line(line) for line in complete.decode(errors="replace").splitlines()]
+    return lines, offset + len(complete)
+
+
+# -- Variables ---------------------------------------------------------------------------
+
+
+def set_variable(key: str, value: str, description: str | None = None) -> None:
+    with orm.session_scope() as session:
+        row = session.get(Variable, key) or Variable(key=key)
+        row.value = value
+        if description is not None:
+            row.description = description
+        session.add(row)
+
+
+def get_variable(key: str) -> str:
+    with orm.session_scope() as session:
+        row = session.get(Variable, key)
+        if row is None:
+            raise NotFound(f"there is no Variable {key!r}; see `spawnflow variables list`")
+        return row.value
+
+
+def list_variables() -> list[Variable]:
+    with orm.session_scope() as session:
+        return list(session.scalars(select(Variable).order_by(Variable.key)))
+
+
+def delete_variable(key: str) -> None:
+    with orm.session_scope() as session:
+        row = session.get(Variable, key)
+        if row is None:
+            raise NotFound(f"there is no Variable {key!r}")
+        session.delete(row)

@@ -1,0 +1,122 @@
+"""``dags test`` and ``tasks test``: run a Dag or a task in the foreground, through real
+task processes.
+
+``dags test`` creates a manual run and drives it with the scheduler's own code and
+the local executor, limited to that run. ``tasks test`` runs one task with a
+supervisor that writes nothing: its XComs are kept in memory and shown.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spawnflow.bootstrap import orm, wire
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
+from spawnflow.executors.local import LocalExecutor
+from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.processors.scheduler import runs
+from spawnflow.processors.scheduler.job import Scheduler
+from spawnflow.processors.worker.supervisor import AttemptLog, TaskSupervisor
+from spawnflow.services.dags import UnknownDag, get_dag
+
+
+def ensure_parsed(settings: Settings, dag_id: str) -> None:
+    """Parse the Dag files once if ``dag_id`` is not known yet."""
+    try:
+        get_dag(dag_id)
+    except UnknownDag:
+        from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+
+        DagFileProcessorManager(settings).run(once=True)
+        get_dag(dag_id)  # UnknownDag, with a suggestion, if it still is not there
+
+
+def test_dag(
+    settings: Settings,
+    dag_id: str,
+    conf: dict[str, Any] | None,
+    on_change: Callable[[str, str, str | None], None],
+) -> tuple[DagRun, list[TaskInstance]]:
+    """Run one Dag run to its end; ``on_change(task_id, state, reason)`` as states change."""
+    ensure_parsed(settings, dag_id)
+    with orm.session_scope() as session:
+        run_id = runs.trigger_run(session, dag_id, conf).id
+    seen: dict[str, str] = {}
+
+    def report(_summary) -> None:
+        with orm.session_scope() as session:
+            for ti in session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id):
+                if seen.get(ti.task_id) != ti.state:
+                    seen[ti.task_id] = ti.state
+                    on_change(ti.task_id, ti.state, ti.reason)
+
+    def finished() -> bool:
+        with orm.session_scope() as session:
+            return session.get(DagRun, run_id).state in ("success", "failed")
+
+    executor = LocalExecutor(settings)
+    Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=report).run(until=finished)
+    report(None)
+    with orm.session_scope() as session:
+        run = session.get(DagRun, run_id)
+        tis = list(session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id)
+                   .order_by(TaskInstance.id))  # fmt: skip
+        return run, tis
+
+
+class DryRunSupervisor(TaskSupervisor):
+    """A supervisor that records nothing: no task instance, XComs in memory."""
+
+    def __init__(self, workload: Workload, settings: Settings, show: Callable[[str], None]):
+        super().__init__(workload, settings)
+        self.show = show
+        self.xcoms: dict[str, str] = {}
+        self.state: str | None = None
+        self.log_file = Path(workload.log_file)
+
+    def _start(self) -> str | None:
+        return None
+
+    def _finish(self, state: str, reason: str | None, attempt: AttemptLog) -> str:
+        attempt.close()
+        self.reason = reason
+        return state
+
+    def _heartbeat(self) -> bool:
+        return True
+
+    def _set_task_pid(self, pid: int) -> None:
+        pass
+
+    def _answer(self, request: wire.Request) -> wire.Response:
+        if isinstance(request, XComPush):
+            self.xcoms[request.key] = request.value
+            return Done(id=request.id)
+        if isinstance(request, XComPull):
+            self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
+            return XComValue(id=request.id, value=None)
+        return super()._answer(request)
+
+
+def test_task(settings: Settings, dag_id: str, task_id: str,
+              show: Callable[[str], None]) -> DryRunSupervisor:  # fmt: skip
+    """Run one task once, in a task process, writing no state."""
+    ensure_parsed(settings, dag_id)
+    model, document = get_dag(dag_id)
+    task = document.task(task_id)
+    now = runs.utcnow()
+    folder = Path(tempfile.mkdtemp(prefix="spawnflow-task-test-"))
+    workload = Workload(
+        ti_id=0, dag_id=dag_id, run_id=f"test__{now.isoformat()}", task_id=task_id,
+        try_number=1, dag_file=model.fileloc, dags_folder=str(settings.core.dags_folder),
+        logical_date=now, data_interval_start=now, data_interval_end=now, conf={},
+        params=document.params, execution_timeout=task.execution_timeout,
+        retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
+    )  # fmt: skip
+    supervisor = DryRunSupervisor(workload, settings, show)
+    supervisor.state = supervisor.run()
+    return supervisor
