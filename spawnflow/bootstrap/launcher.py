@@ -274,6 +274,8 @@ def _child_entry(
     if output:
         # Before anything else can print: what the child writes goes to its parent.
         platforms.current().redirect_output(*output)
+    if method == "forkserver":
+        startmethods.release_forkserver()
     _upward.extend(c for c in (connection, control) if c is not None)
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"

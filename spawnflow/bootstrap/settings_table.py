@@ -333,7 +333,8 @@ OPTIONS: tuple[Option, ...] = (
         "task_heartbeat_timeout",
         _seconds(1),
         60.0,
-        "Seconds without a heartbeat after which a running task is failed (or retried).",
+        "Seconds without a heartbeat after which a running task is failed (or retried); "
+        "keep it above [core] stop_grace_period.",
     ),
     Option(
         "scheduler",

@@ -71,6 +71,28 @@ def check(method: str, platform: platforms.Platform | None = None) -> str:
     return method
 
 
+def release_forkserver() -> None:
+    """In a forkserver child: stop keeping the forkserver alive.
+
+    The forkserver exits once no process holds its "alive" pipe, and hands every
+    child a copy so that it outlives its clients. spawnflow wants the opposite: when
+    the process that launched the child dies, its forkserver must go, so that the
+    child is told (its parent, the forkserver, died) and no orphan survives.
+    """
+    import os
+
+    import multiprocess.forkserver as forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
 def context(method: str):
     """A ``multiprocess`` context for ``method`` (never the library's default context)."""
     import multiprocess

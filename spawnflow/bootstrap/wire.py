@@ -58,6 +58,15 @@ class Message(msgspec.Struct, tag=True, frozen=True, kw_only=True):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # The class name is the type tag on the wire, so it must be unique.
+        clash = next((c for c in Message._registry if c.__name__ == cls.__name__), None)
+        if clash is not None and clash.__qualname__ == cls.__qualname__:
+            if clash.__module__ != cls.__module__:
+                raise TypeError(
+                    f"message type {cls.__module__}.{cls.__name__} has the name of "
+                    f"{clash.__module__}.{clash.__name__}; message names must be unique"
+                )
+            Message._registry.remove(clash)  # the same module loaded again
         Message._registry.append(cls)
         _Codec.decoder = None
 

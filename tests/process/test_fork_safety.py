@@ -18,7 +18,7 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.launcher import ChildSpec, launch
 from spawnflow.models import Job
 from tests.fixtures import targets
-from tests.fixtures.messages import Done, Go
+from tests.fixtures.messages import Finished, Go
 
 pytestmark = pytest.mark.process
 
@@ -56,7 +56,7 @@ def check_parent_keeps_its_connections(start_method, bound, session, database_ur
         request_id = child.channel.next_id()
         child.channel.send(Go(id=request_id))
         done = child.channel.recv(timeout=120)
-        assert isinstance(done, Done)
+        assert isinstance(done, Finished)
         assert done.id == request_id
         assert child.join(timeout=120).exitcode == 0
     add_jobs(session, "parent-after")

@@ -15,7 +15,7 @@ import pytest
 from spawnflow.bootstrap import lifecycle
 from spawnflow.bootstrap.launcher import ChildBootError, ChildSpec, launch
 from spawnflow.bootstrap.wire import ErrorResponse
-from tests.fixtures.messages import Done, Echo, Echoed, Go
+from tests.fixtures.messages import Echo, Echoed, Finished, Go
 
 pytestmark = pytest.mark.process
 TARGETS = "tests.fixtures.targets"
@@ -30,7 +30,7 @@ def test_child_reports_ready_with_its_pid_role_and_method(start_method, make_set
         assert child.ready_seconds >= ready.boot_seconds > 0
         request_id = child.channel.next_id()
         child.channel.send(Go(id=request_id))
-        assert child.channel.recv(timeout=60) == Done(id=request_id)
+        assert child.channel.recv(timeout=60) == Finished(id=request_id)
         assert child.join(timeout=60).exitcode == lifecycle.EXIT_OK
 
 

@@ -211,20 +211,22 @@ class TaskSupervisor:
                     answer, channel_open = self._serve(child)
                     outcome = answer or outcome
                 return outcome, child.join(timeout=30), why
-            if deadline is not None and now >= deadline and why is None:
+            if deadline is not None and now >= deadline:
                 why = self._stop_for_timeout(child, attempt, timeout)
-            if lifecycle.stop_requested.is_set() and why is None:
+            elif lifecycle.stop_requested.is_set():
                 # The worker is stopping: the task gets the grace period to finish.
                 stop_by = stop_by or now + self.settings.core.stop_grace_period
                 if now >= stop_by:
                     attempt.event("stopped: spawnflow is shutting down", level="warning")
                     child.stop(grace=0)
                     why = "stopped because spawnflow shut down before the task finished"
-            if now >= next_beat:
+            if now >= next_beat and why is None:
                 next_beat = now + interval
-                if why is None and not self._heartbeat():
+                if not self._heartbeat():
                     why = "external"
                     child.stop(grace=self.settings.core.stop_grace_period)
+            if why is not None:  # stopped and reaped above: its pipes are closed
+                return outcome, child.exit_status, why
 
     def _serve(self, child: launcher.Child) -> tuple[TaskOutcome | None, bool]:
         """Answer one message of the task process: (its outcome if it sent it, channel open)."""
@@ -279,6 +281,7 @@ class TaskSupervisor:
     def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
         attempt.event("execution_timeout passed: stopping the task", level="error",
                       execution_timeout=timeout)  # fmt: skip
+        self._heartbeat()  # the stop may take the grace period: it starts a fresh clock
         status = child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
         how = "killed" if status.cold else "stopped"
         return f"execution_timeout of {timeout:g} seconds exceeded; the task process was {how}"

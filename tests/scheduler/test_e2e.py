@@ -1,0 +1,179 @@
+"""The CLI as real processes: standalone, a scheduler killed and restarted, two schedulers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from sqlalchemy import create_engine, text
+
+from spawnflow.bootstrap import platform as platforms
+from tests.conftest import _server_database
+from tests.scheduler import harness
+
+pytestmark = pytest.mark.process
+POSIX = platforms.current().process_groups
+
+
+def environment(home: Path, method: str, url: str, dags: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+    env.update({
+        "SPAWNFLOW_HOME": str(home),
+        "SPAWNFLOW__DATABASE__URL": url,
+        "SPAWNFLOW__CORE__DAGS_FOLDER": str(dags),
+        "SPAWNFLOW__CORE__MP_START_METHOD": method,
+        "SPAWNFLOW__CORE__STOP_GRACE_PERIOD": "3",
+        "SPAWNFLOW__EXECUTOR__PARALLELISM": "2",
+        "SPAWNFLOW__EXECUTOR__HEARTBEAT_INTERVAL": "0.2",
+        "SPAWNFLOW__SCHEDULER__LOOP_INTERVAL": "0.1",
+        "SPAWNFLOW__SCHEDULER__TASK_HEARTBEAT_TIMEOUT": "5",
+        "SPAWNFLOW__SCHEDULER__JOB_HEARTBEAT_TIMEOUT": "3",
+        "SPAWNFLOW__DAG_PROCESSOR__POLL_INTERVAL": "0.5",
+        **extra,
+    })  # fmt: skip
+    return env
+
+
+def spawnflow(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "spawnflow", *args], env=env, timeout=timeout,
+                          capture_output=True, text=True)  # fmt: skip
+
+
+def start(*args: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "spawnflow", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def query(url: str, sql: str) -> list[tuple]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def wait_for(condition, timeout: float = 120.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.1)
+
+
+def descendants(process: subprocess.Popen) -> list[psutil.Process]:
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def all_gone(processes: list[psutil.Process]) -> bool:
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    return all(p.status() == psutil.STATUS_ZOMBIE for p in alive if p.is_running())
+
+
+def test_standalone_runs_the_example_dags_until_idle(start_method, home, tmp_path):
+    url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
+    env = environment(home, start_method, url, tmp_path / "no-dags")
+
+    done = spawnflow("standalone", "--exit-when-idle", env=env)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.splitlines()[-1] == "Done: every due Dag run has finished."
+    states = dict(query(url, "SELECT dag_id, state FROM dag_run"))
+    assert states == {"example_etl": "success", "example_command": "success",
+                      "example_fan_out_in": "success"}  # fmt: skip
+
+
+@pytest.mark.skipif(not POSIX, reason="sends SIGTERM")
+def test_standalone_stopped_with_sigterm_leaves_no_process_behind(start_method, home, tmp_path):
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false")
+    assert spawnflow("db", "migrate", env=env).returncode == 0
+    standalone = start("standalone", env=env)
+    try:
+        # "held" is a manual Dag: trigger it once the processor has stored it.
+        wait_for(lambda: spawnflow("dags", "trigger", "held", env=env).returncode == 0,
+                 what="the held Dag to be known")  # fmt: skip
+        wait_for(lambda: query(url, "SELECT state FROM task_instance WHERE task_id = 'hold'")
+                 == [("running",)], what="the held task to run")  # fmt: skip
+        family = descendants(standalone)
+        assert len(family) >= 4  # processor, scheduler, a worker, a task process at least
+
+        standalone.send_signal(signal.SIGTERM)
+        _out, err = standalone.communicate(timeout=120)
+    finally:
+        if standalone.poll() is None:
+            standalone.kill()
+            standalone.communicate()
+    assert standalone.returncode == 0, err
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
+
+
+@pytest.mark.skipif(not POSIX, reason="SIGKILL")
+def test_a_scheduler_killed_mid_run_and_restarted_loses_nothing_and_runs_nothing_twice(
+    start_method, home, tmp_path
+):
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    url = f"sqlite:///{(tmp_path / 'killed.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false")
+    assert spawnflow("db", "migrate", env=env).returncode == 0
+    assert spawnflow("dag-processor", "--once", env=env).returncode == 0
+    assert spawnflow("dags", "trigger", "gated", env=env).returncode == 0
+
+    first = start("scheduler", env=env)
+    wait_for(lambda: query(url, "SELECT state FROM task_instance WHERE task_id = 'gate'")
+             == [("running",)], what="the gate task to run")  # fmt: skip
+    family = descendants(first)
+    first.kill()  # SIGKILL: no clean-up of any kind
+    first.communicate()
+    assert all_gone(family), "the killed scheduler's workers or tasks survived it"
+
+    (marks / "open").touch()
+    second = start("scheduler", env=env)
+    try:
+        wait_for(lambda: query(url, "SELECT state FROM dag_run") == [("success",)],
+                 timeout=180, what="the run to finish after the restart")  # fmt: skip
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=60)
+    for task in ("before", "gate", "after"):
+        assert (marks / task).read_text().splitlines() == ["done"], task
+    tries = dict(query(url, "SELECT task_id, try_number FROM task_instance"))
+    assert tries == {"before": 1, "gate": 2, "after": 1}
+
+
+@pytest.mark.parametrize("server", ["postgres", "mysql"])
+def test_two_schedulers_never_run_one_task_instance_twice(
+    server, start_method, home, tmp_path, testrun_uid, worker_id
+):
+    url = _server_database(server, f"spawnflow_test_{testrun_uid[:10]}_{worker_id}")
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false")
+    assert spawnflow("db", "reset", "--yes", env=env).returncode == 0
+    assert spawnflow("dag-processor", "--once", env=env).returncode == 0
+    assert spawnflow("dags", "trigger", "wide", env=env).returncode == 0
+
+    schedulers = [start("scheduler", env=env) for _ in range(2)]
+    try:
+        wait_for(lambda: query(url, "SELECT state FROM dag_run") == [("success",)],
+                 timeout=180, what="the wide run to finish")  # fmt: skip
+    finally:
+        for scheduler in schedulers:
+            scheduler.send_signal(signal.SIGTERM)
+        for scheduler in schedulers:
+            scheduler.communicate(timeout=60)
+    lines = (marks / "wide").read_text().split("\n")
+    tasks = [line.split()[0] for line in lines if line]
+    assert sorted(tasks) == [f"t{n:02}" for n in range(20)]  # each exactly once
+    tries = query(url, "SELECT try_number FROM task_instance")
+    assert tries == [(1,)] * 20

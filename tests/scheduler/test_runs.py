@@ -1,0 +1,225 @@
+"""Dag runs through the scheduler, the local executor, supervisors and task processes,
+under each start method (the scheduler runs in the test process; workers and task
+processes are real children)."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+from sqlalchemy import select
+
+from spawnflow.bootstrap import orm
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.executors.local import LocalExecutor
+from spawnflow.models.run import XCom
+from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+from spawnflow.processors.scheduler.job import Scheduler
+from spawnflow.sdk import xcom
+from spawnflow.services import runs as run_service
+from tests.process.test_stop import gone
+from tests.scheduler import harness
+
+pytestmark = pytest.mark.process
+POSIX = platforms.current().process_groups
+
+
+@pytest.fixture
+def scheduling(start_method, make_settings, tmp_path):
+    """Settings, Dags and a fresh SQLite database for scheduler tests under ``start_method``."""
+    return _scheduling(
+        start_method, make_settings, tmp_path, f"sqlite:///{tmp_path.as_posix()}/s.db"
+    )
+
+
+def _scheduling(method, make_settings, tmp_path, url, **extra):
+    from spawnflow.models import schema
+
+    marks = tmp_path / "marks"
+    harness.write_dags(tmp_path / "dags", marks)
+    settings = make_settings(**{
+        "database.url": url,
+        "core.dags_folder": str(tmp_path / "dags"),
+        "core.load_examples": "true",
+        "core.mp_start_method": method,
+        "core.stop_grace_period": "2",
+        "executor.parallelism": "2",
+        "executor.heartbeat_interval": "0.2",
+        "scheduler.loop_interval": "0.1",
+        "scheduler.task_heartbeat_timeout": "5",
+        "scheduler.job_heartbeat_timeout": "3",
+        **extra,
+    })  # fmt: skip
+    schema.reset(url)
+    summary = DagFileProcessorManager(settings).run(once=True)[0]
+    assert summary.errors == {}, summary.errors
+    return settings, marks
+
+
+def run_dag(settings, dag_id: str, seconds: float = 120, on_loop=None, executor=None) -> int:
+    run_id = harness.trigger(dag_id)
+    check = harness.deadline(seconds)
+    Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=on_loop).run(
+        until=lambda: check(run_id)
+    )
+    return run_id
+
+
+def test_the_example_dags_run_and_pass_data(scheduling):
+    settings, _ = scheduling
+    for dag_id in ("example_etl", "example_command", "example_fan_out_in"):
+        run_id = run_dag(settings, dag_id)
+        tis = harness.task_instances(run_id)
+        assert harness.run_state(run_id) == "success", {t: ti.reason for t, ti in tis.items()}
+        assert all(ti.state == "success" and ti.try_number == 1 for ti in tis.values())
+    with orm.session_scope() as session:
+        values = {row.key: xcom.decode(row.value) for row in session.scalars(select(XCom))}
+    assert values  # the last run's XComs, from the fan-out example
+    etl = next(iter(run_service.list_runs("example_etl")))
+    totals = _xcom(etl.id, "transform")
+    assert totals == {"ada": 15.75, "grace": 7.0}
+
+
+def _xcom(run_id: int, task_id: str):
+    ti = harness.task_instances(run_id)[task_id]
+    with orm.session_scope() as session:
+        stored = session.scalar(select(XCom.value).where(XCom.task_instance_id == ti.id))
+    return xcom.decode(stored)
+
+
+def test_a_task_that_fails_once_succeeds_on_its_retry(scheduling):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "retry_once")
+    flaky = harness.task_instances(run_id)["flaky"]
+    assert (harness.run_state(run_id), flaky.state, flaky.try_number) == ("success", "success", 2)
+    first_try = run_service.read_log(_log(settings, run_id, "flaky", 1))[0]
+    assert any("the first try fails on purpose" in line for line in first_try)
+    assert _xcom(run_id, "flaky") == "second time lucky"
+
+
+def _log(settings, run_id, task_id, attempt):
+    from spawnflow.processors.scheduler.queueing import attempt_log
+
+    run = next(r for r in run_service.list_runs() if r.id == run_id)
+    return attempt_log(settings, run.dag_id, run.run_id, task_id, attempt)
+
+
+@pytest.mark.skipif(not POSIX, reason="a task that ignores SIGTERM and SIGINT: POSIX signals")
+def test_execution_timeout_stops_a_task_in_native_code_or_ignoring_signals(scheduling):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "timeouts")
+    tis = harness.task_instances(run_id)
+    assert harness.run_state(run_id) == "failed"
+    assert tis["sleeps"].reason == (
+        "execution_timeout of 1 seconds exceeded; the task process was stopped"
+    )
+    assert tis["stubborn"].reason == (
+        "execution_timeout of 1 seconds exceeded; the task process was killed"
+    )
+    for ti in tis.values():
+        assert ti.duration < 60  # stopped, not waited for: 600 s sleeps
+
+
+@pytest.mark.skipif(not POSIX, reason="SIGKILL")
+def test_a_task_killed_by_a_signal_fails_with_the_signal_named(scheduling):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "self_kill")
+    killed = harness.task_instances(run_id)["killed"]
+    assert killed.state == "failed"
+    assert killed.reason == "the task process killed by SIGKILL before reporting"
+
+
+def test_an_xcom_that_cannot_be_stored_fails_the_task_naming_key_and_type(scheduling):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "bad_xcom")
+    ti = harness.task_instances(run_id)["returns_an_object"]
+    assert ti.state == "failed"
+    assert ti.reason.startswith(
+        "XCom 'return_value' of task 'returns_an_object' is a builtins.object, which cannot "
+        "be stored as an XCom"
+    )
+
+
+def test_a_task_process_never_imports_sqlalchemy(scheduling, start_method):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "modules")
+    report = _xcom(run_id, "report")
+    if start_method == "fork":
+        # A fork child is a copy of its worker, which holds an engine: it has the
+        # modules, but the engines are the worker's and it opens none of its own.
+        assert report["own_engines"] == 0
+    else:
+        assert report == {"sqlalchemy": False, "own_engines": 0}
+
+
+def test_a_worker_killed_mid_task_fails_the_task_and_is_replaced(scheduling):
+    settings, _ = scheduling
+    executor = LocalExecutor(settings)
+    run_id = harness.trigger("held")
+    killed = []
+
+    def kill_the_worker(summary) -> None:
+        hold = harness.task_instances(run_id)["hold"]
+        if not killed and hold.state == "running" and hold.worker_pid:
+            psutil.Process(hold.worker_pid).kill()
+            killed.append(hold.worker_pid)
+
+    check = harness.deadline(120)
+    Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=kill_the_worker).run(
+        until=lambda: check(run_id)
+    )
+    hold = harness.task_instances(run_id)["hold"]
+    assert killed, "the task never ran"
+    assert (hold.state, hold.reason) == (
+        "failed", f"its executor worker (pid {killed[0]}) killed by SIGKILL while it ran the task",
+    )  # fmt: skip
+    assert executor.replaced == 1
+
+
+def test_mark_failed_stops_a_running_task_within_a_heartbeat(scheduling):
+    settings, marks = scheduling
+    run = [None]
+
+    def mark_the_task_failed(summary) -> None:
+        hold = harness.task_instances(run[0])["hold"]
+        if len(run) == 1 and hold.state == "running" and hold.task_pid:
+            dag_run = next(r for r in run_service.list_runs("held") if r.id == run[0])
+            run_service.mark_failed("held", dag_run.run_id, "hold")
+            run.append(hold.task_pid)
+
+    run[0] = harness.trigger("held")
+    check = harness.deadline(120)
+    Scheduler(settings, only_runs={run[0]}, on_loop=mark_the_task_failed).run(
+        until=lambda: check(run[0])
+    )
+    hold = harness.task_instances(run[0])["hold"]
+    assert (hold.state, hold.reason) == ("failed", "marked failed from the CLI")
+    assert gone(run[1]), "the task process outlived its marking"
+    assert not (marks / "held").exists()
+
+
+def test_clearing_a_task_removes_its_xcoms_and_runs_it_again(scheduling):
+    settings, _ = scheduling
+    run_id = run_dag(settings, "example_etl")
+    dag_run = next(r for r in run_service.list_runs("example_etl") if r.id == run_id)
+    assert _xcom(run_id, "transform") == {"ada": 15.75, "grace": 7.0}
+
+    run_service.clear("example_etl", dag_run.run_id, ["transform", "load"])
+
+    tis = harness.task_instances(run_id)
+    assert tis["transform"].state == "none"
+    with orm.session_scope() as session:
+        assert (
+            session.scalar(select(XCom).where(XCom.task_instance_id == tis["transform"].id)) is None
+        )
+    check = harness.deadline(120)
+    Scheduler(settings, only_runs={run_id}).run(until=lambda: check(run_id))
+    assert harness.run_state(run_id) == "success"
+    assert _xcom(run_id, "transform") == {"ada": 15.75, "grace": 7.0}
+    assert harness.task_instances(run_id)["transform"].try_number == 2
+
+
+def test_variables_reach_tasks_through_their_supervisor(scheduling):
+    settings, _ = scheduling
+    run_service.set_variable("greeting", "hello")
+    run_id = run_dag(settings, "reads_variable")
+    assert _xcom(run_id, "read") == ["hello", "fallback"]
