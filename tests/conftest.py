@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from spawnflow.bootstrap import launcher
+from spawnflow.bootstrap import launcher, lifecycle
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.settings import Override, Settings
@@ -74,7 +75,12 @@ def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
         if variable.upper().startswith("SPAWNFLOW__"):
             monkeypatch.delenv(variable)
     monkeypatch.setattr(settings_module, "_installed", None)
+    # Commands run in process (click's runner) install spawnflow's stop handling.
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    monkeypatch.setattr(lifecycle, "_deferred", False)
     yield home
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
     leftovers = launcher.children()
     for child in leftovers:
         child.stop(grace=5)

@@ -435,7 +435,18 @@ def by_name(name: str) -> Platform:
 
 
 def peak_rss_bytes() -> int | None:
-    """This process's peak resident set size, where the OS reports one."""
+    """This process's peak resident set size, where the OS reports one.
+
+    On Linux from ``VmHWM``: ``ru_maxrss`` survives ``exec``, so a spawned child
+    would report the peak of the process it was forked from before it exec'd.
+    """
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:  # Windows
