@@ -126,6 +126,14 @@ with Dag("reads_variable"):
     read()
 
 
+with Dag("big_xcom"):
+    @task
+    def big():
+        return "x" * 5000
+
+    big()
+
+
 with Dag("wide", max_active_tasks=16):
     for n in range(20):
         CommandTask(f"t{{n:02}}", f"echo t{{n:02}} $$ >> {{MARKS / 'wide'}}")
@@ -171,3 +179,21 @@ def deadline(seconds: float):
         return run_id is not None and finished(run_id)
 
     return check
+
+
+LIMITS = """
+import datetime as dt
+from spawnflow import CommandTask, Dag, task
+
+hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+with Dag("hourly_catchup", schedule="@hourly", start_date=hour - dt.timedelta(hours=5),
+         catchup=True, max_active_runs=1):
+    CommandTask("t", "true")
+
+with Dag("paused_daily", schedule="@daily", start_date=dt.datetime(2026, 1, 1)):
+    CommandTask("t", "true")
+
+with Dag("narrow", max_active_tasks=3):
+    for n in range(10):
+        CommandTask(f"t{n}", "true")
+"""

@@ -223,3 +223,15 @@ def test_variables_reach_tasks_through_their_supervisor(scheduling):
     run_service.set_variable("greeting", "hello")
     run_id = run_dag(settings, "reads_variable")
     assert _xcom(run_id, "read") == ["hello", "fallback"]
+
+
+def test_an_xcom_over_max_xcom_size_fails_the_task(start_method, make_settings, tmp_path):
+    url = f"sqlite:///{tmp_path.as_posix()}/x.db"
+    settings, _ = _scheduling(
+        start_method, make_settings, tmp_path, url, **{"core.max_xcom_size": "1000"}
+    )
+    run_id = run_dag(settings, "big_xcom")
+    big = harness.task_instances(run_id)["big"]
+    assert (big.state, big.reason) == (
+        "failed", "XCom 'return_value' of task 'big' is 5002 bytes; [core] max_xcom_size is 1000",
+    )  # fmt: skip

@@ -1,0 +1,108 @@
+"""The scheduler's decisions against a database, with an executor that runs nothing.
+
+The executor here is an in-process stand-in (it crosses no process boundary): it
+accepts workloads and never runs them, so the limits and states can be read as the
+scheduler left them.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from sqlalchemy import func, select
+
+from spawnflow.bootstrap import orm
+from spawnflow.executors import BaseExecutor
+from spawnflow.models.dag import DagModel
+from spawnflow.models.job import Job
+from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+from spawnflow.processors.scheduler.job import Scheduler
+from tests.scheduler import harness
+
+
+class Holding(BaseExecutor):
+    """Takes ``slots`` workloads and keeps them."""
+
+    def __init__(self, slots: int):
+        self.slots, self.held = slots, []
+
+    def start(self) -> None:
+        pass
+
+    def free_slots(self) -> int:
+        return self.slots - len(self.held)
+
+    def queue(self, workload) -> None:
+        self.held.append(workload)
+
+    def events(self) -> list:
+        return []
+
+    def end(self, grace=None) -> None:
+        pass
+
+
+def setup(make_settings, tmp_path, **extra):
+    from spawnflow.models import schema
+
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "limits.py").write_text(harness.LIMITS)
+    settings = make_settings(**{
+        "database.url": f"sqlite:///{tmp_path.as_posix()}/d.db",
+        "core.dags_folder": str(tmp_path / "dags"), "core.load_examples": "false", **extra,
+    })  # fmt: skip
+    schema.reset()
+    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    return settings
+
+
+def count(model, *where) -> int:
+    with orm.session_scope() as session:
+        return session.scalar(select(func.count()).select_from(model).where(*where))
+
+
+def test_paused_dags_get_no_runs_and_catchup_respects_max_active_runs(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path)
+    with orm.session_scope() as session:
+        session.get(DagModel, "paused_daily").is_paused = True
+    scheduler = Scheduler(settings, executor=Holding(0))
+    scheduler.run(num_loops=5)
+    assert count(DagRun, DagRun.dag_id == "paused_daily") == 0
+    # Five hours to catch up, one run at a time.
+    assert count(DagRun, DagRun.dag_id == "hourly_catchup") == 1
+
+
+def test_max_active_tasks_and_parallelism_limit_what_is_queued(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path, **{"core.parallelism": "5"})
+    run_id = harness.trigger("narrow")
+    executor = Holding(100)
+    Scheduler(settings, executor=executor, only_runs={run_id}).run(num_loops=3)
+    assert len(executor.held) == 3  # the Dag's max_active_tasks
+    assert count(TaskInstance, TaskInstance.state == "queued") == 3
+
+    harness.trigger("narrow")
+    executor = Holding(100)
+    Scheduler(settings, executor=executor).run(num_loops=3)
+    assert count(TaskInstance, TaskInstance.state == "queued") == 5  # [core] parallelism
+
+
+def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path, **{"scheduler.job_heartbeat_timeout": "1"})
+    run_id = harness.trigger("narrow")
+    Scheduler(settings, executor=Holding(2), only_runs={run_id}).run(num_loops=2)
+    with orm.session_scope() as session:
+        queued = session.scalars(select(TaskInstance).where(TaskInstance.state == "queued")).all()
+        old_job = queued[0].scheduler_job_id
+        job = session.get(Job, old_job)  # it died without saying so, a while ago
+        job.state = "running"
+        job.latest_heartbeat = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    assert len(queued) == 2
+
+    executor = Holding(0)
+    Scheduler(settings, executor=executor, only_runs={run_id}).run(num_loops=1)
+
+    assert count(TaskInstance, TaskInstance.state == "queued") == 0
+    assert count(TaskInstance, TaskInstance.state == "scheduled") >= 2
+    with orm.session_scope() as session:
+        assert session.get(Job, old_job).state == "failed"
