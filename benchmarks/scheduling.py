@@ -8,7 +8,14 @@ second over the fan-out run, the scheduling latency from an upstream task's end 
 its downstream task's start along the chain (p50, p95), and the peak RSS of the
 workers and of the task processes (each task reports its own).
 
+With ``--airflow PYTHON`` (the interpreter of a virtualenv with Apache Airflow) the
+same Dags also run on Airflow's LocalExecutor (``benchmarks/airflow_runner.py``) and
+the ratios are printed; Airflow's LocalExecutor needs a server database, so pass
+``--database-url`` (PostgreSQL) and both systems use it.
+
     python benchmarks/scheduling.py [--methods fork,spawn] [--workers 4]
+        [--database-url postgresql://postgres@127.0.0.1:5432/bench]
+        [--airflow /tmp/airflow-venv/bin/python]
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ with Dag("chain"):
 """
 
 
-def measure(method: str, workers: int) -> dict:
+def measure(method: str, workers: int, url: str | None) -> dict:
     """In this process: run both Dags under ``method`` and collect the figures."""
     import psutil
     from sqlalchemy import select
@@ -65,6 +72,7 @@ def measure(method: str, workers: int) -> dict:
     (home / "dags").mkdir()
     (home / "dags" / "bench.py").write_text(DAGS)
     values = {
+        "database.url": url or f"sqlite:///{(home / 'bench.db').as_posix()}",
         "core.dags_folder": str(home / "dags"), "core.load_examples": "false",
         "core.mp_start_method": method, "core.parallelism": "64",
         "executor.parallelism": str(workers), "executor.heartbeat_interval": "5",
@@ -74,7 +82,7 @@ def measure(method: str, workers: int) -> dict:
     snapshot = settings.resolve(environ={"SPAWNFLOW_HOME": str(home)}, overrides=overrides)
     settings.install(snapshot)
     logs.configure("benchmark", console=True, console_level="WARNING")
-    schema.migrate()
+    schema.reset()
     DagFileProcessorManager(snapshot).run(once=True)
 
     results: dict = {"method": method}
@@ -131,10 +139,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=None)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--database-url", default=None, help="default: a SQLite file per run")
+    parser.add_argument("--airflow", default=None, help="Python of a virtualenv with Airflow")
+    parser.add_argument(
+        "--airflow-database-url", default=None, help="default: --database-url + '_airflow'"
+    )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.workers)))
+        print(json.dumps(measure(args.measure, args.workers, args.database_url)))
         return
 
     from spawnflow.bootstrap import startmethods
@@ -143,21 +156,49 @@ def main() -> None:
     print(f"fanout: 1 + 200 no-op tasks; chain: 50 no-op tasks; {args.workers} workers")
     print(f"{'method':<11}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}"
           f"{'p95':>8}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")  # fmt: skip
+    rates = {}
+    extra = ["--database-url", args.database_url] if args.database_url else []
     for method in methods:
         done = subprocess.run(
-            [sys.executable, __file__, "--measure", method, "--workers", str(args.workers)],
+            [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),
+             *extra],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         r = json.loads(done.stdout.strip().splitlines()[-1])
         fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
         assert fan["state"] == chain["state"] == "success", r
         task_rss = max(fan["task_rss"], chain["task_rss"])
+        rates[method] = (fan["tasks"] / fan["seconds"], statistics.median(gaps))
         print(
             f"{method:<11}{fan['tasks'] / fan['seconds']:>15.1f}{chain['seconds']:>9.2f}"
             f"{statistics.median(gaps) * 1e3:>11.0f}ms{percentile(gaps, 0.95) * 1e3:>6.0f}ms"
             f"{r['worker_rss'] / 2**20:>9.1f}MiB{task_rss / 2**20:>7.1f}MiB"
             f"{r['scheduler_rss'] / 2**20:>12.1f}MiB"
         )
+    if args.airflow:
+        compare_with_airflow(args, rates)
+
+
+def compare_with_airflow(args, rates: dict) -> None:
+    """Run the same Dags on Airflow's LocalExecutor and print the ratios."""
+    url = args.airflow_database_url or (args.database_url or "") + "_airflow"
+    runner = Path(__file__).with_name("airflow_runner.py")
+    home = tempfile.mkdtemp(prefix="airflow-bench-")
+    done = subprocess.run(
+        [args.airflow, str(runner), "--database-url", url, "--workers", str(args.workers),
+         "--home", home],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
+    rate, latency = fan["tasks"] / fan["seconds"], statistics.median(gaps)
+    print(
+        f"{'airflow':<11}{rate:>15.1f}{chain['seconds']:>9.2f}{latency * 1e3:>11.0f}ms"
+        f"{percentile(gaps, 0.95) * 1e3:>6.0f}ms   (Airflow {r['airflow_version']}, LocalExecutor)"
+    )
+    for method, (ours, our_latency) in rates.items():
+        print(f"{method}: {ours / rate:.1f}x Airflow's throughput, "
+              f"latency p50 {our_latency * 1e3:.0f} ms vs {latency * 1e3:.0f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":
