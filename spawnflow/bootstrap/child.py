@@ -169,12 +169,12 @@ class Child:
     def stop(self, grace: float | None = None) -> ExitStatus:
         """Stop the child's whole tree: warm, then cold after ``grace`` seconds (law 7).
 
-        A warm stop is SIGTERM to the child's process group (the control pipe where
-        there are no signals). Descendants are recorded while waiting, because a
-        grandchild that outlives its parent is re-parented and no longer findable
-        from the child; whatever of the tree is alive when the child exits or the
-        grace period ends is killed. Inside a child that is itself stopping, a
-        second stop request ends the wait at once.
+        A warm stop is SIGTERM to the child's process group, or to the child alone if
+        its spec says so (the control pipe where there are no signals). Descendants
+        are recorded while waiting, because a grandchild that outlives its parent is
+        re-parented and no longer findable from the child; whatever of the tree is
+        alive when the child exits or the grace period ends is killed. Inside a child
+        that is itself stopping, a second stop request ends the wait at once.
         """
         if self._status is not None:
             return self._status
@@ -184,7 +184,7 @@ class Child:
         tree = []
         if not self._has_exited():
             tree = self._platform.snapshot_tree(self._handle)
-            self._platform.request_warm_stop(self._handle, self._control)
+            self.request_warm_stop()
             deadline = time.monotonic() + grace
             exited = False
             while not exited and (remaining := deadline - time.monotonic()) > 0:
@@ -197,6 +197,12 @@ class Child:
         self._platform.kill_tree(tree)
         self._reap(cold=cold)
         return self._status
+
+    def request_warm_stop(self) -> None:
+        """Ask the child to stop (see :meth:`stop`) without waiting for it."""
+        self._platform.request_warm_stop(
+            self._handle, self._control, group=self.spec.warm_stop_group
+        )
 
     def _reap(self, cold: bool = False) -> None:
         self._platform.kill_group(self.pid, self._handle)
@@ -255,7 +261,7 @@ def stop_many(group: list[Child], grace: float | None = None) -> None:
     for child in group:
         if not child._has_exited():
             trees[child] = child._platform.snapshot_tree(child._handle)
-            child._platform.request_warm_stop(child._handle, child._control)
+            child.request_warm_stop()
     deadline = time.monotonic() + grace
     waiting = [child for child in trees if not child._has_exited()]
     while waiting and time.monotonic() < deadline and not lifecycle.now_requested():

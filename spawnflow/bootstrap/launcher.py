@@ -79,6 +79,13 @@ class ChildSpec(msgspec.Struct, frozen=True):
         capture_output: send the child's stdout and stderr (file descriptors 1 and 2,
             so subprocesses' and C code's output too) to pipes the parent reads from
             :attr:`Child.stdout` and :attr:`Child.stderr`.
+        warm_stop_group: a warm stop signals the child's whole process group (user
+            code: a task's shell commands get SIGTERM too). False for spawnflow's own
+            components, which stop their children themselves, and whose group holds
+            their forkserver, which must outlive the warm stop.
+        kill_with_parent: if the parent dies, the kernel kills the child at once
+            (SIGKILL, where it can) instead of asking it to stop (SIGTERM): for user
+            code, which may ignore SIGTERM and must not outlive its supervisor.
 
     Raises:
         ValueError: for a malformed role or target.
@@ -92,6 +99,8 @@ class ChildSpec(msgspec.Struct, frozen=True):
     log_file: Path | None = None
     log_to_console: bool = False
     capture_output: bool = False
+    warm_stop_group: bool = True
+    kill_with_parent: bool = False
 
     def __post_init__(self) -> None:
         if not _ROLE.match(self.role):
@@ -134,14 +143,8 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         method, _ = startmethods.for_component(snapshot, component)
     log_file = spec.log_file or logs.role_log_file(snapshot.logging.base_log_folder, spec.role)
     _ensure_folder(log_file.parent)
-    spec = ChildSpec(
-        role=spec.role,
-        target=spec.target,
-        kwargs=dict(spec.kwargs),
-        settings=snapshot,
-        log_file=log_file,
-        log_to_console=spec.log_to_console,
-        capture_output=spec.capture_output,
+    spec = msgspec.structs.replace(
+        spec, kwargs=dict(spec.kwargs), settings=snapshot, log_file=log_file
     )
     ctx = startmethods.context(method)
     _stop_children_at_exit()
@@ -299,7 +302,7 @@ def _child_entry(
         lifecycle.install(
             control, platform.interrupt_main_thread, spec.settings.core.stop_grace_period
         )
-        if not platform.stop_when_parent_dies(parent_pid):
+        if not platform.stop_when_parent_dies(parent_pid, kill=spec.kill_with_parent):
             raise lifecycle.WarmStop()  # the parent died while we booted
         stage = "target import"
         target = import_target(spec.target)

@@ -43,7 +43,7 @@ _EXTRAS = {"psycopg": "postgres", "pymysql": "mysql"}
 _engines: dict[tuple[int, str], Engine] = {}
 #: Owner pids of detached driver connections, which no longer have a pool record.
 _detached_owners: dict[int, int] = {}
-_sessionmakers: dict[tuple[int, str], sessionmaker[Session]] = {}
+_sessionmakers: dict[tuple[int, str, str], sessionmaker[Session]] = {}
 #: What a fork child inherited and must neither use nor close: kept referenced so
 #: that garbage collection cannot finalize (close) the parent's connections.
 _inherited: list[Any] = []
@@ -87,7 +87,7 @@ def engine(url: str | None = None) -> Engine:
 def sessionmaker_for(url: str | None = None) -> sessionmaker[Session]:
     """A sessionmaker bound to this process's engine for ``url``."""
     bound = engine(url)
-    key = (os.getpid(), str(bound.url))
+    key = (os.getpid(), str(bound.url), "plain")
     maker = _sessionmakers.get(key)
     if maker is None:
         maker = _sessionmakers[key] = sessionmaker(bound, expire_on_commit=False)
@@ -95,9 +95,22 @@ def sessionmaker_for(url: str | None = None) -> sessionmaker[Session]:
 
 
 @contextmanager
-def session_scope(url: str | None = None) -> Iterator[Session]:
-    """A session that commits when the block succeeds and rolls back when it raises."""
-    with sessionmaker_for(url).begin() as session:
+def session_scope(url: str | None = None, *, write: bool = True) -> Iterator[Session]:
+    """A unit of work: commits when the block succeeds, rolls back when it raises.
+
+    On SQLite a ``write`` scope takes the database's write lock when it begins (see
+    :func:`_begin`); pass ``write=False`` for one that only reads, so that it
+    neither waits for writers nor makes them wait.
+    """
+    maker = sessionmaker_for(url)
+    if write:
+        bound = maker.kw["bind"]
+        key = (os.getpid(), str(bound.url), "write")
+        maker = _sessionmakers.get(key)
+        if maker is None:
+            writer = bound.execution_options(**{_WRITE_LOCK: True})
+            maker = _sessionmakers[key] = sessionmaker(writer, expire_on_commit=False)
+    with maker.begin() as session:
         yield session
 
 
@@ -136,11 +149,11 @@ def check_reachable(url: str | None = None, *, create: bool = False) -> None:
             connection.execute(text("SELECT 1"))
     except exc.DBAPIError as error:
         raise DatabaseUnavailable(
-            f"cannot connect to the database {masked(url)}: {_first_line(error.orig)}"
+            f"cannot connect to the database {masked(url)}: {first_line(error.orig)}"
         ) from None
     except (exc.ArgumentError, TypeError, ValueError) as error:
         raise DatabaseUnavailable(
-            f"the database URL {masked(url)} is not usable: {_first_line(error)}"
+            f"the database URL {masked(url)} is not usable: {first_line(error)}"
         ) from None
 
 
@@ -160,7 +173,8 @@ def _configured_url() -> str:
     return settings_module.current().database.url
 
 
-def _first_line(error: BaseException | None) -> str:
+def first_line(error: BaseException | None) -> str:
+    """The first line of an error's message, for a one-sentence report."""
     text_ = str(error or "").strip().splitlines()
     return text_[0].rstrip(".") if text_ else type(error).__name__
 
@@ -170,7 +184,7 @@ def _create_engine(url: str, snapshot: settings_module.Settings) -> Engine:
         parsed = normalize_url(url)
     except (exc.ArgumentError, ValueError) as error:
         raise DatabaseUnavailable(
-            f"the database URL {masked(url)} is not usable: {_first_line(error)}"
+            f"the database URL {masked(url)} is not usable: {first_line(error)}"
         ) from None
     options: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
@@ -180,6 +194,9 @@ def _create_engine(url: str, snapshot: settings_module.Settings) -> Engine:
         options["connect_args"] = {"connect_timeout": snapshot.database.connect_timeout}
     if parsed.get_backend_name() in ("mysql", "mariadb"):
         options["pool_recycle"] = 3600
+        # InnoDB's default, REPEATABLE READ, takes gap locks that make concurrent
+        # schedulers deadlock on index ranges, and pins plain SELECTs to a snapshot.
+        options["isolation_level"] = "READ COMMITTED"
     try:
         created = create_engine(parsed, **options)
     except ModuleNotFoundError as error:
@@ -192,11 +209,29 @@ def _create_engine(url: str, snapshot: settings_module.Settings) -> Engine:
     _install_guards(created)
     if parsed.get_backend_name() == "sqlite":
         event.listen(created, "connect", _sqlite_pragmas(snapshot.database.sqlite_busy_timeout))
+        event.listen(created, "begin", _begin)
     return created
+
+
+#: Execution option of connections whose SQLite transactions take the write lock at BEGIN.
+_WRITE_LOCK = "spawnflow_sqlite_write_lock"
+
+
+def _begin(connection: Any) -> None:
+    # A deferred SQLite transaction that reads and then writes must upgrade its
+    # lock; when another process committed in between, SQLite fails it at once
+    # ("database is locked") rather than wait, since waiting could deadlock. A unit
+    # of work that writes takes the write lock at BEGIN instead (BEGIN IMMEDIATE),
+    # so the busy timeout applies and processes queue for the database. Reads stay
+    # deferred: in WAL mode they never wait for a writer.
+    immediate = connection.get_execution_options().get(_WRITE_LOCK, False)
+    connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _sqlite_pragmas(busy_timeout: float):
     def on_connect(dbapi_connection: Any, _: Any) -> None:
+        # Let SQLAlchemy's begin event issue BEGIN (see _begin_immediate).
+        dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         # WAL lets readers in other processes work while one process writes.
         cursor.execute("PRAGMA journal_mode=WAL")

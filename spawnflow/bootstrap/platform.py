@@ -69,10 +69,10 @@ class Platform(msgspec.Struct, frozen=True):
             # A session leader cannot change its group; it already leads one.
             pass
 
-    def stop_when_parent_dies(self, parent_pid: int) -> bool:
-        """Ask the kernel for SIGTERM when our parent dies; False where it cannot.
+    def stop_when_parent_dies(self, parent_pid: int, kill: bool = False) -> bool:
+        """Ask the kernel for SIGTERM (SIGKILL if ``kill``) when our parent dies.
 
-        Returns False as well if the parent is already gone (it died before we asked).
+        Returns False if the parent is already gone (it died before we asked).
         """
         if not self.parent_death_signal:
             return True
@@ -80,7 +80,7 @@ class Platform(msgspec.Struct, frozen=True):
 
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
         # The parent may have died between our fork and the prctl call: then no
         # signal will ever come, so look for ourselves.
         return _pid_alive(parent_pid)
@@ -187,8 +187,12 @@ class Platform(msgspec.Struct, frozen=True):
         except OSError:
             pass
 
-    def request_warm_stop(self, handle: psutil.Process, control=None) -> None:
-        """Ask the process behind ``handle`` to stop after finishing its work."""
+    def request_warm_stop(self, handle: psutil.Process, control=None, group: bool = True) -> None:
+        """Ask the process behind ``handle`` to stop after finishing its work.
+
+        With ``group``, every process of the group it leads is asked (SIGTERM to
+        the group), as a shell does for a job.
+        """
         import psutil
 
         if not self.stop_by_signal:
@@ -204,7 +208,7 @@ class Platform(msgspec.Struct, frozen=True):
             # Signal the whole group only when the child leads its own: before the
             # child's first instruction it still shares ours, and killpg(ours) would
             # stop the parent too.
-            if self.process_groups and _group_of(handle.pid) == handle.pid:
+            if group and self.process_groups and _group_of(handle.pid) == handle.pid:
                 os.killpg(handle.pid, signal.SIGTERM)
             else:
                 handle.send_signal(signal.SIGTERM)
@@ -291,6 +295,22 @@ class Platform(msgspec.Struct, frozen=True):
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def kill_orphaned_group(self, pgid: int, started_after: float) -> None:
+        """Kill process group ``pgid`` of a process that another one launched and lost.
+
+        For a task process whose worker died: ``started_after`` (a timestamp from
+        before it was launched) tells it apart from a process that reused its pid.
+        """
+        import psutil
+
+        holder = self.handle(pgid)
+        try:
+            if holder is not None and holder.create_time() < started_after:
+                return  # a process older than ours: someone else's
+        except psutil.Error:
+            holder = None  # gone since: only leftovers of its group remain
+        self.kill_group(pgid, holder)
 
     def handle(self, pid: int) -> psutil.Process | None:
         """A psutil handle on ``pid``, or None if it already exited."""

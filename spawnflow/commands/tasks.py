@@ -6,6 +6,7 @@ import time
 
 import click
 
+from spawnflow.bootstrap.errors import UserError
 from spawnflow.commands.output import table
 from spawnflow.commands.runs import when
 from spawnflow.commands.state import State, pass_state
@@ -67,10 +68,13 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
                  follow: bool) -> None:  # fmt: skip
     """Print the log of one try of a task: its own log lines, its stdout and stderr, and what
     its supervisor did."""
+    from spawnflow.models.run import TaskState
     from spawnflow.services import runs
 
     settings = state.database()
     path, ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)
+    if not path.exists() and ti_state not in TaskState.ACTIVE:
+        raise UserError(f"the log of task {task_id!r} is missing: there is no {path}")
     offset = 0
     while True:
         lines, offset = runs.read_log(path, offset)
@@ -79,7 +83,7 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
         if not follow:
             break
         ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)[1]
-        if ti_state not in ("queued", "running"):
+        if ti_state not in TaskState.ACTIVE:
             for line in runs.read_log(path, offset)[0]:
                 click.echo(line)
             break

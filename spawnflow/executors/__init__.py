@@ -43,6 +43,13 @@ class BaseExecutor:
     def queue(self, workload: Workload) -> None:
         raise NotImplementedError
 
+    def running(self) -> int:
+        """How many workloads it runs now."""
+        raise NotImplementedError
+
+    def request_stop(self) -> None:
+        """Warm stop: take nothing new, let what runs finish (without waiting for it)."""
+
     def events(self) -> list[WorkerLost | TaskEnded]:
         """What happened since the last call (never blocks)."""
         raise NotImplementedError

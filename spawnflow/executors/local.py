@@ -30,6 +30,7 @@ class LocalExecutor(BaseExecutor):
         #: What each busy worker runs: (request id, workload).
         self.busy: dict[int, tuple[int, Workload]] = {}
         self.replaced = 0
+        self.stopping = False
 
     def start(self) -> None:
         self.workers = [self._launch() for _ in range(self.parallelism)]
@@ -38,18 +39,36 @@ class LocalExecutor(BaseExecutor):
 
     def _launch(self) -> launcher.Child:
         spec = launcher.ChildSpec(
-            "executor-worker", TARGET, {"method": self.method}, settings=self.settings
-        )
+            "executor-worker", TARGET, {"method": self.method}, settings=self.settings,
+            warm_stop_group=False,  # the worker stops its task itself, after a grace period
+        )  # fmt: skip
         return launcher.launch(spec, method=self.method, component="executor")
 
+    def _idle(self) -> list[launcher.Child]:
+        return [w for w in self.workers if w.pid not in self.busy and w.is_alive()]
+
     def free_slots(self) -> int:
-        return sum(1 for w in self.workers if w.pid not in self.busy and w.exit_status is None)
+        return 0 if self.stopping else len(self._idle())
+
+    def running(self) -> int:
+        return len(self.busy)
 
     def queue(self, workload: Workload) -> None:
-        worker = next(w for w in self.workers if w.pid not in self.busy)
+        worker = self._idle()[0]
         request = RunTask(id=worker.channel.next_id(), workload=workload)
         self.busy[worker.pid] = (request.id, workload)
-        worker.channel.send(request)
+        try:
+            worker.channel.send(request)
+        except OSError:
+            # It died since free_slots(): events() finds it gone and reports the
+            # workload lost, and the scheduler schedules it again.
+            log.warning("worker died before it got its task", pid=worker.pid)
+
+    def request_stop(self) -> None:
+        self.stopping = True
+        for worker in self.workers:
+            if worker.is_alive():
+                worker.request_warm_stop()
 
     def events(self) -> list[WorkerLost | TaskEnded]:
         found: list[WorkerLost | TaskEnded] = []
@@ -70,6 +89,8 @@ class LocalExecutor(BaseExecutor):
                 if busy is not None:
                     found.append(WorkerLost(busy[1], how))
                 self.workers.remove(worker)
+                if self.stopping:
+                    continue
                 replacement = self._launch()
                 replacement.wait_ready(timeout=120)
                 self.workers.append(replacement)

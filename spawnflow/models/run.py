@@ -26,9 +26,13 @@ class TaskState:
     SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
     SUCCESS, FAILED, UP_FOR_RETRY = "success", "failed", "up_for_retry"
     UPSTREAM_FAILED, SKIPPED = "upstream_failed", "skipped"
-    FINISHED = (SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED)
+    #: Cleared while it ran: its supervisor stops the task process, then sets ``none``.
+    RESTARTING = "restarting"
+    #: Its task is no longer in the Dag (the file changed while the run was going).
+    REMOVED = "removed"
+    FINISHED = (SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED, REMOVED)
     #: States in which a task process may exist.
-    ACTIVE = (QUEUED, RUNNING)
+    ACTIVE = (QUEUED, RUNNING, RESTARTING)
 
 
 class DagRun(Base):

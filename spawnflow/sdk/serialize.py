@@ -50,6 +50,10 @@ class SerializedDag(msgspec.Struct, frozen=True):
     #: In topological order: every task after its upstream tasks.
     tasks: list[SerializedTask]
 
+    @property
+    def task_ids(self) -> list[str]:
+        return [task.task_id for task in self.tasks]
+
     def task(self, task_id: str) -> SerializedTask:
         for candidate in self.tasks:
             if candidate.task_id == task_id:

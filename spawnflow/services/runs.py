@@ -30,7 +30,7 @@ def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
 
 
 def list_runs(dag_id: str | None = None, limit: int = 50) -> list[DagRun]:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         query = select(DagRun).order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(limit)
         if dag_id:
             query = query.where(DagRun.dag_id == dag_id)
@@ -38,7 +38,7 @@ def list_runs(dag_id: str | None = None, limit: int = 50) -> list[DagRun]:
 
 
 def get_run(dag_id: str, run_id: str) -> DagRun:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         if run is None:
             raise NotFound(f"Dag {dag_id!r} has no run {run_id!r}; see `spawnflow runs list`")
@@ -47,41 +47,64 @@ def get_run(dag_id: str, run_id: str) -> DagRun:
 
 def task_instances(dag_id: str, run_id: str) -> list[TaskInstance]:
     run = get_run(dag_id, run_id)
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         return list(session.scalars(
             select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
         ))  # fmt: skip
 
 
-def _task_instance(session, dag_id: str, run_id: str, task_id: str) -> TaskInstance:
-    ti = session.scalar(
+def _task_instance(
+    session, dag_id: str, run_id: str, task_id: str, lock: bool = True
+) -> TaskInstance:
+    query = (
         select(TaskInstance)
         .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
         .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
-        .with_for_update()
     )
+    ti = session.scalar(query.with_for_update() if lock else query)
     if ti is None:
+        get_run(dag_id, run_id)  # a missing run is named as such
         raise NotFound(f"run {run_id!r} of Dag {dag_id!r} has no task {task_id!r}")
     return ti
 
 
-def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
-    """Make task instances run again: state none, XComs removed, tries start over.
+def _locked_run(session, dag_id: str, run_id: str) -> DagRun:
+    """The run, locked: the scheduler decides about its task instances under this lock."""
+    run = session.scalar(
+        select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).with_for_update()
+    )
+    if run is None:
+        raise NotFound(f"Dag {dag_id!r} has no run {run_id!r}; see `spawnflow runs list`")
+    return run
 
-    A running one's supervisor sees the change within one heartbeat and stops it.
+
+def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
+    """Make task instances run again: XComs removed, tries start over.
+
+    A running one becomes ``restarting``: its supervisor sees the change within one
+    heartbeat, stops the task process and only then sets ``none``, so that the next
+    try never runs beside the old one. The others become ``none`` at once.
     """
     cleared = []
     bag = runs.DagBag()
     with orm.session_scope() as session:
+        run = _locked_run(session, dag_id, run_id)
+        document = bag.get(session, dag_id)
         for task_id in task_ids:
             ti = _task_instance(session, dag_id, run_id, task_id)
+            if document is not None and task_id not in document.task_ids:
+                raise UserError(
+                    f"task {task_id!r} is no longer in Dag {dag_id!r}; it cannot run again"
+                )
             session.execute(delete(XCom).where(XCom.task_instance_id == ti.id))
-            document = bag.get(session, dag_id)
             retries = document.task(task_id).retries if document else 0
             ti.max_tries = ti.try_number + retries  # every retry is available again
-            ti.state, ti.reason, ti.next_try_at, ti.end_date = TaskState.NONE, None, None, None
+            if ti.state in (TaskState.RUNNING, TaskState.RESTARTING):
+                ti.state, ti.last_heartbeat = TaskState.RESTARTING, runs.utcnow()
+            else:
+                ti.state = TaskState.NONE
+            ti.reason, ti.next_try_at, ti.end_date = None, None, None
             cleared.append(task_id)
-        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         if run.state in DagRunState.FINISHED:
             run.state, run.end_date = DagRunState.QUEUED, None
     return cleared
@@ -90,6 +113,7 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
 def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
     """Fail a task instance now; if it runs, its supervisor stops it within one heartbeat."""
     with orm.session_scope() as session:
+        _locked_run(session, dag_id, run_id)
         ti = _task_instance(session, dag_id, run_id, task_id)
         previous = ti.state
         ti.state, ti.reason, ti.end_date = (
@@ -102,12 +126,17 @@ def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
 
 def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int | None):
     """The log file of one try (the latest when ``attempt`` is None)."""
-    with orm.session_scope() as session:
-        ti = _task_instance(session, dag_id, run_id, task_id)
+    with orm.session_scope(write=False) as session:
+        ti = _task_instance(session, dag_id, run_id, task_id, lock=False)
         number = attempt or ti.try_number
-        state = ti.state
+        state, tries = ti.state, ti.try_number
     if number < 1:
         raise NotFound(f"task {task_id!r} of run {run_id!r} has not run yet (it is {state})")
+    if number > tries:
+        raise NotFound(
+            f"task {task_id!r} of run {run_id!r} has run {tries} time(s): "
+            f"there is no attempt {number}"
+        )
     return attempt_log(settings, dag_id, run_id, task_id, number), state
 
 
@@ -153,7 +182,7 @@ def set_variable(key: str, value: str, description: str | None = None) -> None:
 
 
 def get_variable(key: str) -> str:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         row = session.get(Variable, key)
         if row is None:
             raise NotFound(f"there is no Variable {key!r}; see `spawnflow variables list`")
@@ -161,7 +190,7 @@ def get_variable(key: str) -> str:
 
 
 def list_variables() -> list[Variable]:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         return list(session.scalars(select(Variable).order_by(Variable.key)))
 
 

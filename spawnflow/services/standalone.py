@@ -37,7 +37,7 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
 
     children = {}
     for role, (target, component) in COMPONENTS.items():
-        spec = launcher.ChildSpec(role, target, settings=settings)
+        spec = launcher.ChildSpec(role, target, settings=settings, warm_stop_group=False)
         children[role] = launcher.launch(spec, component=component)
     statuses: dict[str, ComponentStatus] = {}
     idle_after: int | None = None

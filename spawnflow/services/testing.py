@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spawnflow.bootstrap import orm, wire
+from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.executors.local import LocalExecutor
@@ -107,6 +108,10 @@ def test_task(settings: Settings, dag_id: str, task_id: str,
     """Run one task once, in a task process, writing no state."""
     ensure_parsed(settings, dag_id)
     model, document = get_dag(dag_id)
+    if task_id not in document.task_ids:
+        raise UserError(
+            f"Dag {dag_id!r} has no task {task_id!r}; it has {', '.join(document.task_ids)}"
+        )
     task = document.task(task_id)
     now = runs.utcnow()
     folder = Path(tempfile.mkdtemp(prefix="spawnflow-task-test-"))

@@ -56,8 +56,18 @@ with Dag("timeouts"):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         time.sleep(600)
 
+    @task(execution_timeout=1)
+    def masked():
+        import ctypes
+
+        # SIGTERM and SIGINT stay pending, and libc's sleep() runs no Python code:
+        # only a signal that cannot be blocked ends it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM, signal.SIGINT}})
+        ctypes.CDLL(None).sleep(600)
+
     sleeps()
     stubborn()
+    masked()
 
 
 with Dag("self_kill"):
@@ -114,6 +124,15 @@ with Dag("held"):
         mark("held")
 
     hold()
+
+
+with Dag("held_with_child"):
+    # A background job in the task's process group, then the gate.
+    CommandTask(
+        "hold_in_shell",
+        f"sleep 600 & echo $! > {{MARKS / 'background'}}; "
+        f"while [ ! -e {{MARKS / 'open'}} ]; do sleep 0.05; done",
+    )
 
 
 with Dag("reads_variable"):

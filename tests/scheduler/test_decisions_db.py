@@ -39,6 +39,9 @@ class Holding(BaseExecutor):
     def events(self) -> list:
         return []
 
+    def running(self) -> int:
+        return 0  # it runs nothing
+
     def end(self, grace=None) -> None:
         pass
 
@@ -106,3 +109,52 @@ def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_p
     assert count(TaskInstance, TaskInstance.state == "scheduled") >= 2
     with orm.session_scope() as session:
         assert session.get(Job, old_job).state == "failed"
+
+
+def test_a_changed_dag_retires_removed_tasks_and_adds_new_ones(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path)
+    run_id = harness.trigger("narrow")
+    Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
+    assert set(harness.task_instances(run_id)) == {f"t{n}" for n in range(10)}
+
+    changed = harness.LIMITS.replace("range(10)", "range(9)") + (
+        "\n    CommandTask('t_new', 'true', dag=narrow_dag)\n"
+    )
+    changed = changed.replace('with Dag("narrow", max_active_tasks=3):',
+                              'with Dag("narrow", max_active_tasks=3) as narrow_dag:')  # fmt: skip
+    (tmp_path / "dags" / "limits.py").write_text(changed)
+    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
+
+    tis = harness.task_instances(run_id)
+    assert (tis["t9"].state, tis["t9"].reason) == ("removed", "the task is no longer in the Dag")
+    assert tis["t_new"].state in ("none", "scheduled")
+    assert harness.run_state(run_id) == "running"
+
+
+def test_a_cleared_running_task_waits_in_restarting_until_its_supervisor_lets_go(
+    make_settings, tmp_path
+):
+    from spawnflow.services import runs as run_service
+
+    settings = setup(make_settings, tmp_path, **{"scheduler.task_heartbeat_timeout": "5"})
+    run_id = harness.trigger("narrow")
+    Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
+    now = datetime.datetime.now(datetime.UTC)
+    with orm.session_scope() as session:
+        ti = session.scalar(select(TaskInstance).where(
+            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "t0"
+        ))  # fmt: skip
+        ti.state, ti.try_number, ti.last_heartbeat = "running", 1, now
+        run_name = session.get(DagRun, run_id).run_id
+
+    run_service.clear("narrow", run_name, ["t0"])
+    assert harness.task_instances(run_id)["t0"].state == "restarting"
+    Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
+    assert harness.task_instances(run_id)["t0"].state == "restarting"  # not scheduled beside it
+
+    with orm.session_scope() as session:  # its supervisor died without letting go
+        ti = session.get(TaskInstance, harness.task_instances(run_id)["t0"].id)
+        ti.last_heartbeat = now - datetime.timedelta(minutes=1)
+    Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
+    assert harness.task_instances(run_id)["t0"].state == "none"

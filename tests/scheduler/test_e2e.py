@@ -90,11 +90,17 @@ def test_standalone_runs_the_example_dags_until_idle(start_method, home, tmp_pat
 
 
 @pytest.mark.skipif(not POSIX, reason="sends SIGTERM")
-def test_standalone_stopped_with_sigterm_leaves_no_process_behind(start_method, home, tmp_path):
+@pytest.mark.parametrize("finishes", [True, False], ids=["task-finishes", "task-stopped"])
+def test_standalone_stopped_with_sigterm_leaves_no_process_behind(
+    finishes, start_method, home, tmp_path
+):
+    """A warm stop lets a running task finish within the grace period; one that does
+    not finish is stopped, with the reason recorded, before the tree is gone."""
     marks, dags = tmp_path / "marks", tmp_path / "dags"
     harness.write_dags(dags, marks)
     url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
-    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false")
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
+                      SPAWNFLOW__CORE__STOP_GRACE_PERIOD="10")  # fmt: skip
     assert spawnflow("db", "migrate", env=env).returncode == 0
     standalone = start("standalone", env=env)
     try:
@@ -107,6 +113,8 @@ def test_standalone_stopped_with_sigterm_leaves_no_process_behind(start_method, 
         assert len(family) >= 4  # processor, scheduler, a worker, a task process at least
 
         standalone.send_signal(signal.SIGTERM)
+        if finishes:
+            (marks / "open").touch()
         _out, err = standalone.communicate(timeout=120)
     finally:
         if standalone.poll() is None:
@@ -115,6 +123,12 @@ def test_standalone_stopped_with_sigterm_leaves_no_process_behind(start_method, 
     assert standalone.returncode == 0, err
     assert "Traceback" not in err
     assert all_gone(family), [p for p in family if p.is_running()]
+    hold = query(url, "SELECT state, reason FROM task_instance WHERE task_id = 'hold'")
+    if finishes:
+        assert hold == [("success", None)]
+        assert (marks / "held").read_text() == "done\n"
+    else:
+        assert hold == [("failed", "stopped because spawnflow shut down before the task finished")]
 
 
 @pytest.mark.skipif(not POSIX, reason="SIGKILL")

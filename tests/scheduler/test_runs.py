@@ -16,7 +16,7 @@ from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 from spawnflow.processors.scheduler.job import Scheduler
 from spawnflow.sdk import xcom
 from spawnflow.services import runs as run_service
-from tests.process.test_stop import gone
+from tests.process.test_stop import gone, running
 from tests.scheduler import harness
 
 pytestmark = pytest.mark.process
@@ -112,9 +112,10 @@ def test_execution_timeout_stops_a_task_in_native_code_or_ignoring_signals(sched
     assert tis["sleeps"].reason == (
         "execution_timeout of 1 seconds exceeded; the task process was stopped"
     )
-    assert tis["stubborn"].reason == (
-        "execution_timeout of 1 seconds exceeded; the task process was killed"
-    )
+    for stubborn in ("stubborn", "masked"):  # SIGTERM ignored; SIGTERM blocked in C code
+        assert tis[stubborn].reason == (
+            "execution_timeout of 1 seconds exceeded; the task process was killed"
+        ), stubborn
     for ti in tis.values():
         assert ti.duration < 60  # stopped, not waited for: 600 s sleeps
 
@@ -175,26 +176,89 @@ def test_a_worker_killed_mid_task_fails_the_task_and_is_replaced(scheduling):
     assert executor.replaced == 1
 
 
+@pytest.mark.skipif(not POSIX, reason="process groups")
+def test_a_worker_killed_mid_task_takes_the_task_and_what_it_started_along(scheduling):
+    settings, marks = scheduling
+    run_id = harness.trigger("held_with_child")
+    seen: dict[str, int] = {}
+
+    def kill_the_worker(summary) -> None:
+        ti = harness.task_instances(run_id)["hold_in_shell"]
+        background = marks / "background"
+        if not seen and ti.state == "running" and ti.task_pid and background.exists():
+            text = background.read_text().strip()
+            if text:
+                seen.update(task=ti.task_pid, background=int(text), worker=ti.worker_pid)
+                psutil.Process(ti.worker_pid).kill()
+
+    check = harness.deadline(120)
+    Scheduler(settings, only_runs={run_id}, on_loop=kill_the_worker).run(
+        until=lambda: check(run_id)
+    )
+    ti = harness.task_instances(run_id)["hold_in_shell"]
+    assert seen, "the task never ran"
+    assert ti.reason.startswith(f"its executor worker (pid {seen['worker']}) killed by SIGKILL")
+    assert gone(seen["task"]), "the task process outlived its worker"
+    assert gone(seen["background"]), "the task's background job outlived its worker"
+
+
+def _stopped_from_outside(settings, run_id: int, task_id: str, attempt: int) -> bool:
+    log = _log(settings, run_id, task_id, attempt).read_text()
+    return "stopped: the task instance was changed from outside" in log
+
+
 def test_mark_failed_stops_a_running_task_within_a_heartbeat(scheduling):
     settings, marks = scheduling
-    run = [None]
+    run_id = harness.trigger("held")
+    dag_run = next(r for r in run_service.list_runs("held") if r.id == run_id)
+    task_pid: list[int] = []
 
     def mark_the_task_failed(summary) -> None:
-        hold = harness.task_instances(run[0])["hold"]
-        if len(run) == 1 and hold.state == "running" and hold.task_pid:
-            dag_run = next(r for r in run_service.list_runs("held") if r.id == run[0])
+        hold = harness.task_instances(run_id)["hold"]
+        if not task_pid and hold.state == "running" and hold.task_pid:
             run_service.mark_failed("held", dag_run.run_id, "hold")
-            run.append(hold.task_pid)
+            task_pid.append(hold.task_pid)
 
-    run[0] = harness.trigger("held")
     check = harness.deadline(120)
-    Scheduler(settings, only_runs={run[0]}, on_loop=mark_the_task_failed).run(
-        until=lambda: check(run[0])
+    # The scheduler keeps going until the task process is gone: its supervisor, not
+    # the executor's shutdown, must have stopped it.
+    Scheduler(settings, only_runs={run_id}, on_loop=mark_the_task_failed).run(
+        until=lambda: check(run_id) and bool(task_pid) and not running(task_pid[0])
     )
-    hold = harness.task_instances(run[0])["hold"]
+    hold = harness.task_instances(run_id)["hold"]
     assert (hold.state, hold.reason) == ("failed", "marked failed from the CLI")
-    assert gone(run[1]), "the task process outlived its marking"
+    assert _stopped_from_outside(settings, run_id, "hold", 1)
     assert not (marks / "held").exists()
+
+
+def test_clearing_a_running_task_stops_it_before_it_runs_again(scheduling):
+    settings, marks = scheduling
+    run_id = harness.trigger("held")
+    dag_run = next(r for r in run_service.list_runs("held") if r.id == run_id)
+    first: list[int] = []
+    first_alive_during_second: list[bool] = []
+
+    def clear_then_open(summary) -> None:
+        hold = harness.task_instances(run_id)["hold"]
+        if not first:
+            if hold.state == "running" and hold.task_pid:
+                first.append(hold.task_pid)
+                run_service.clear("held", dag_run.run_id, ["hold"])
+            return
+        second = hold.try_number == 2 and hold.state == "running" and hold.task_pid
+        if second and not first_alive_during_second:
+            first_alive_during_second.append(running(first[0]))
+            (marks / "open").touch()
+
+    check = harness.deadline(120)
+    Scheduler(settings, only_runs={run_id}, on_loop=clear_then_open).run(
+        until=lambda: check(run_id)
+    )
+    hold = harness.task_instances(run_id)["hold"]
+    assert (hold.state, hold.try_number) == ("success", 2)
+    assert first_alive_during_second == [False], "the second try ran beside the first"
+    assert _stopped_from_outside(settings, run_id, "hold", 1)
+    assert (marks / "held").read_text().splitlines() == ["done"]  # only the second try did
 
 
 def test_clearing_a_task_removes_its_xcoms_and_runs_it_again(scheduling):

@@ -5,10 +5,13 @@ instances; fail tasks whose supervisor stopped heartbeating; queue what the limi
 allow to the executor; handle the executor's events. Then it waits, on the
 executor's connections and the stop event, for at most ``[scheduler] loop_interval``.
 
-On start it adopts or resets what a previous scheduler left: task instances it had
-queued go back to scheduled, and its running ones are failed (or retried) once
-their heartbeat is stale. A warm stop queues nothing new and lets running tasks
-finish within ``[core] stop_grace_period``.
+On start, and again every ``[scheduler] job_heartbeat_timeout``, it adopts or
+resets what a scheduler that is gone left: task instances it had queued go back to
+scheduled, and its running ones are failed (or retried) once their heartbeat is
+stale. A warm stop queues nothing new, passes the stop on to the executor's
+workers at once, and keeps the loop going while their tasks finish within
+``[core] stop_grace_period`` (the workers stop what is still running a little
+before it ends, so that they can record why).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, update
 
 from spawnflow.bootstrap import lifecycle, logs, orm
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.executors import BaseExecutor, WorkerLost
 from spawnflow.models.job import Job
@@ -82,29 +86,36 @@ class Scheduler:
         self._register()
         self._adopt_or_reset()
         self.executor.start()
+        grace = self.settings.core.stop_grace_period
+        adopt_every = self.settings.scheduler.job_heartbeat_timeout
+        next_adopt = time.monotonic() + adopt_every
         grace_ends = None
         try:
             while True:
-                stopping = lifecycle.stop_requested.is_set()
-                summary = self.loop_once(queue=not stopping)
+                if lifecycle.stop_requested.is_set() and grace_ends is None:
+                    # Whoever stops us waits ``grace`` at most: leave room to end cleanly.
+                    grace_ends = time.monotonic() + 0.9 * grace
+                    self.executor.request_stop()
+                summary = self.loop_once(queue=grace_ends is None)
                 if self.on_loop is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
                     break
                 if until is not None and until():
                     break
-                if stopping:
-                    grace_ends = (
-                        grace_ends or time.monotonic() + self.settings.core.stop_grace_period
-                    )
-                    if not summary.running_tasks or time.monotonic() >= grace_ends:
-                        break
+                if grace_ends is not None and (
+                    not self.executor.running() or time.monotonic() >= grace_ends
+                ):
+                    break
+                if time.monotonic() >= next_adopt:
+                    next_adopt = time.monotonic() + adopt_every
+                    self._adopt_or_reset()
                 wait(self.executor.wait_objects(), timeout=self.settings.scheduler.loop_interval)
         except lifecycle.WarmStop:
             self.executor.end(grace=0)
             raise
         finally:
-            self.executor.end()
+            self.executor.end(grace=0.05 * grace if grace_ends is not None else None)
             self._unregister()
 
     def loop_once(self, *, queue: bool = True) -> LoopSummary:
@@ -124,6 +135,7 @@ class Scheduler:
             timeout = self.settings.scheduler.task_heartbeat_timeout
             for ti in runs.fail_stale_tasks(session, self.bag, now, timeout):
                 log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+        self._handle_events()  # first: a lost worker's slot and task are known before queueing
         workloads = []
         if queue:
             with orm.session_scope() as session:
@@ -133,7 +145,6 @@ class Scheduler:
                 )  # fmt: skip
         for workload in workloads:  # after the commit: the worker must see them queued
             self.executor.queue(workload)
-        self._handle_events()
         return self._summary(created, len(workloads))
 
     # -- executor events ----------------------------------------------------------------
@@ -149,11 +160,21 @@ class Scheduler:
             ti = session.get(TaskInstance, event.workload.ti_id, with_for_update=True)
             if ti is None:
                 return
+            if ti.try_number == event.workload.try_number and ti.task_pid and ti.start_date:
+                # The task process died with its worker (parent-death signal); what it
+                # started in its process group did not.
+                started = runs.aware(ti.start_date).timestamp() - 1.0
+                platforms.current().kill_orphaned_group(ti.task_pid, started)
+                ti.task_pid = None
             if ti.state == TaskState.QUEUED:  # it never started: queue it again
                 ti.state = TaskState.SCHEDULED
-            elif ti.state == TaskState.RUNNING and ti.try_number == event.workload.try_number:
+            elif ti.try_number != event.workload.try_number:
+                return  # a later try: not this worker's
+            elif ti.state == TaskState.RUNNING:
                 runs.fail(ti, now, f"{event.how} while it ran the task", event.workload.retry_delay)
                 log.warning("task lost with its worker", dag_id=ti.dag_id, task_id=ti.task_id)
+            elif ti.state == TaskState.RESTARTING:  # cleared while it ran: it may run again
+                ti.state = TaskState.NONE
 
     # -- the job row ----------------------------------------------------------------------
 
@@ -204,7 +225,7 @@ class Scheduler:
                 log.warning("reset task instances a stopped scheduler had queued", count=reset)
 
     def _summary(self, created: int, queued: int) -> LoopSummary:
-        with orm.session_scope() as session:
+        with orm.session_scope(write=False) as session:
             runs_query = select(func.count()).where(DagRun.state.in_(runs.ACTIVE_RUNS))
             tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
             if self.only_runs is not None:

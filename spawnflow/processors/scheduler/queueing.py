@@ -39,37 +39,70 @@ def queue_tasks(
     room = min(free_slots, settings.core.parallelism - overall)
     if room <= 0:
         return []
-    query = select(TaskInstance).where(TaskInstance.state == TaskState.SCHEDULED)
-    if only is not None:
-        query = query.where(TaskInstance.dag_run_id.in_(only))
-    candidates = session.scalars(
-        query.order_by(TaskInstance.id).limit(room * 4).with_for_update(skip_locked=True)
-    ).all()
     per_dag = dict(session.execute(
         select(TaskInstance.dag_id, func.count()).where(active).group_by(TaskInstance.dag_id)
     ).all())  # fmt: skip
-    workloads = []
-    for ti in candidates:
-        if len(workloads) >= room:
+    workloads: list[Workload] = []
+    full: set[str] = set()
+    # Dags at their max_active_tasks are left out of the query, so that they cannot
+    # fill every candidate row while other Dags' tasks wait; one Dag can fill up
+    # during a batch, hence a few rounds.
+    for _ in range(3):
+        full |= {
+            dag_id for dag_id, count in per_dag.items() if count >= _limit(session, bag, dag_id)
+        }
+        query = select(TaskInstance).where(TaskInstance.state == TaskState.SCHEDULED)
+        if only is not None:
+            query = query.where(TaskInstance.dag_run_id.in_(only))
+        if full:
+            query = query.where(TaskInstance.dag_id.not_in(full))
+        wanted = room - len(workloads)
+        candidates = session.scalars(
+            query.order_by(TaskInstance.id).limit(wanted * 4).with_for_update(skip_locked=True)
+        ).all()
+        for ti in candidates:
+            if len(workloads) >= room:
+                break
+            workload = _queue_one(session, bag, settings, ti, per_dag, job_id, now)
+            if workload is not None:
+                workloads.append(workload)
+        if len(workloads) >= room or len(candidates) < wanted * 4:
             break
-        doc = bag.get(session, ti.dag_id)
-        if doc is None or per_dag.get(ti.dag_id, 0) >= doc.max_active_tasks:
-            continue
-        run = session.get(DagRun, ti.dag_run_id)
-        model = session.get(DagModel, ti.dag_id)
-        task = doc.task(ti.task_id)
-        ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
-        per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
-        try_number = ti.try_number + 1
-        workloads.append(Workload(
-            ti_id=ti.id, dag_id=ti.dag_id, run_id=run.run_id, task_id=ti.task_id,
-            try_number=try_number, dag_file=model.fileloc,
-            dags_folder=str(settings.core.dags_folder),
-            logical_date=aware(run.logical_date),
-            data_interval_start=aware(run.data_interval_start),
-            data_interval_end=aware(run.data_interval_end),
-            conf=json.loads(run.conf or "{}"), params=doc.params,
-            execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
-            log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
-        ))  # fmt: skip
     return workloads
+
+
+def _limit(session: Session, bag: DagBag, dag_id: str) -> int:
+    doc = bag.get(session, dag_id)
+    return doc.max_active_tasks if doc is not None else 0
+
+
+def _queue_one(
+    session: Session, bag: DagBag, settings: Settings, ti: TaskInstance,
+    per_dag: dict[str, int], job_id: int, now: dt.datetime,
+) -> Workload | None:  # fmt: skip
+    """Mark ``ti`` queued and return its workload; None if its Dag cannot take it now."""
+    doc = bag.get(session, ti.dag_id)
+    if doc is None or per_dag.get(ti.dag_id, 0) >= doc.max_active_tasks:
+        return None
+    try:
+        task = doc.task(ti.task_id)
+    except KeyError:  # the Dag changed since the task was scheduled
+        ti.state, ti.end_date = TaskState.REMOVED, now
+        ti.reason = "the task is no longer in the Dag"
+        return None
+    run = session.get(DagRun, ti.dag_run_id)
+    model = session.get(DagModel, ti.dag_id)
+    ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
+    per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
+    try_number = ti.try_number + 1
+    return Workload(
+        ti_id=ti.id, dag_id=ti.dag_id, run_id=run.run_id, task_id=ti.task_id,
+        try_number=try_number, dag_file=model.fileloc,
+        dags_folder=str(settings.core.dags_folder),
+        logical_date=aware(run.logical_date),
+        data_interval_start=aware(run.data_interval_start),
+        data_interval_end=aware(run.data_interval_end),
+        conf=json.loads(run.conf or "{}"), params=doc.params,
+        execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
+        log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
+    )  # fmt: skip

@@ -165,10 +165,9 @@ def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[in
         tis = {ti.task_id: ti for ti in session.scalars(
             select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
         )}  # fmt: skip
+        changed += _follow_dag_changes(session, run, doc, tis, now)
         for task in doc.tasks:
-            ti = tis.get(task.task_id)
-            if ti is None:
-                continue
+            ti = tis[task.task_id]
             if ti.state == TaskState.UP_FOR_RETRY:
                 if ti.next_try_at is None or aware(ti.next_try_at) <= now:
                     ti.state, ti.next_try_at = TaskState.SCHEDULED, None
@@ -193,20 +192,52 @@ def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[in
     return changed
 
 
+def _follow_dag_changes(
+    session: Session, run: DagRun, doc: serialize.SerializedDag, tis: dict[str, TaskInstance],
+    now: dt.datetime,
+) -> int:  # fmt: skip
+    """The Dag file changed while ``run`` was going: add new tasks, retire removed ones."""
+    changed = 0
+    for task in doc.tasks:
+        if task.task_id not in tis:
+            ti = TaskInstance(
+                dag_run_id=run.id, dag_id=run.dag_id, task_id=task.task_id,
+                state=TaskState.NONE, try_number=0, max_tries=task.retries,
+            )  # fmt: skip
+            session.add(ti)
+            tis[task.task_id] = ti
+            changed += 1
+    waiting = (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY)
+    known = {task.task_id for task in doc.tasks}
+    for task_id, ti in tis.items():
+        if task_id not in known and ti.state in waiting:
+            ti.state, ti.end_date = TaskState.REMOVED, now
+            ti.reason = "the task is no longer in the Dag"
+            changed += 1
+    return changed
+
+
 def fail_stale_tasks(
     session: Session, bag: DagBag, now: dt.datetime, timeout: float
 ) -> list[TaskInstance]:
-    """Running task instances whose supervisor stopped heartbeating: failed, or retried."""
+    """Running task instances whose supervisor stopped heartbeating: failed, or retried.
+
+    A cleared one (``restarting``) whose supervisor is gone may simply run again.
+    """
     limit = now - dt.timedelta(seconds=timeout)
     stale = session.scalars(
         select(TaskInstance)
-        .where(TaskInstance.state == TaskState.RUNNING, TaskInstance.last_heartbeat < limit)
+        .where(TaskInstance.state.in_((TaskState.RUNNING, TaskState.RESTARTING)),
+               TaskInstance.last_heartbeat < limit)
         .with_for_update(skip_locked=True)
-    ).all()
+    ).all()  # fmt: skip
     for ti in stale:
+        if ti.state == TaskState.RESTARTING:
+            ti.state, ti.task_pid = TaskState.NONE, None
+            continue
         reason = f"no heartbeat for {timeout:g} seconds: its supervisor is gone"
         fail(ti, now, reason, retry_delay(session, bag, ti))
-    return stale
+    return [ti for ti in stale if ti.state != TaskState.NONE]
 
 
 def retry_delay(session: Session, bag: DagBag, ti: TaskInstance) -> float:

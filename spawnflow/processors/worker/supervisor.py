@@ -7,6 +7,10 @@ the task's whole tree when ``execution_timeout`` passes (law 8: also when the ta
 ignores signals or sits in native code), and stops it within one heartbeat when
 someone marks the task instance failed or clears it. Then it writes how the try
 ended.
+
+Every write is conditional on the task instance still being in this try (state
+and try number): a try that was cleared, failed from outside or handed to
+another worker is never overwritten by a supervisor that has not noticed yet.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import exc, select, update
 
 from spawnflow.bootstrap import launcher, lifecycle, orm, wire
 from spawnflow.bootstrap import platform as platforms
@@ -37,6 +41,8 @@ from spawnflow.comms.tasks import (
 from spawnflow.models.run import DagRun, TaskInstance, TaskState, Variable, XCom
 
 TARGET = "spawnflow.processors.task_runner:run_task"
+#: The longest XCom key the database column holds.
+MAX_KEY_LENGTH = 250
 
 
 def utcnow() -> dt.datetime:
@@ -104,7 +110,7 @@ class TaskSupervisor:
         if why == "external":
             attempt.event("stopped: the task instance was changed from outside", level="warning")
             attempt.close()
-            return self._current_state()
+            return self._release()
         if why is not None:
             state, reason = TaskState.FAILED, why
         elif outcome is not None and outcome.state == TaskState.SUCCESS:
@@ -140,7 +146,7 @@ class TaskSupervisor:
         now = utcnow()
         with orm.session_scope() as session:
             ti = session.get(TaskInstance, self.workload.ti_id, with_for_update=True)
-            if ti is None or ti.state != TaskState.RUNNING:
+            if ti is None or ti.state != TaskState.RUNNING or not self._ours(ti):
                 attempt.close()
                 return ti.state if ti else TaskState.NONE  # changed from outside meanwhile
             if state == TaskState.FAILED and ti.try_number <= ti.max_tries:
@@ -154,8 +160,25 @@ class TaskSupervisor:
         attempt.close()
         return state
 
-    def _current_state(self) -> str:
+    def _ours(self, ti: TaskInstance) -> bool:
+        return ti.try_number == self.workload.try_number
+
+    def _this_try(self, *states: str):
+        """The WHERE clause of a write that must only touch this try's row."""
+        return (
+            TaskInstance.id == self.workload.ti_id,
+            TaskInstance.try_number == self.workload.try_number,
+            TaskInstance.state.in_(states or (TaskState.RUNNING,)),
+        )
+
+    def _release(self) -> str:
+        """After an outside change stopped the task: a cleared try may run again."""
         with orm.session_scope() as session:
+            session.execute(
+                update(TaskInstance)
+                .where(*self._this_try(TaskState.RESTARTING))
+                .values(state=TaskState.NONE, task_pid=None, end_date=utcnow())
+            )
             ti = session.get(TaskInstance, self.workload.ti_id)
             return ti.state if ti else TaskState.NONE
 
@@ -168,6 +191,7 @@ class TaskSupervisor:
         spec = launcher.ChildSpec(
             "task", TARGET, {"workload": self.workload}, settings=self.settings,
             log_file=Path(self.workload.log_file), capture_output=True,
+            kill_with_parent=True,  # user code must not outlive a worker that died
         )  # fmt: skip
         child = launcher.launch(spec, method=self.method, component="executor")
         self._set_task_pid(child.pid)
@@ -214,17 +238,20 @@ class TaskSupervisor:
             if deadline is not None and now >= deadline:
                 why = self._stop_for_timeout(child, attempt, timeout)
             elif lifecycle.stop_requested.is_set():
-                # The worker is stopping: the task gets the grace period to finish.
-                stop_by = stop_by or now + self.settings.core.stop_grace_period
+                # The worker is stopping: the task gets most of the grace period to
+                # finish; the rest is for stopping it and recording why, before the
+                # scheduler's own grace period ends.
+                grace = self.settings.core.stop_grace_period
+                stop_by = stop_by or now + 0.7 * grace
                 if now >= stop_by:
                     attempt.event("stopped: spawnflow is shutting down", level="warning")
-                    child.stop(grace=0)
+                    child.stop(grace=0.1 * grace)
                     why = "stopped because spawnflow shut down before the task finished"
             if now >= next_beat and why is None:
                 next_beat = now + interval
                 if not self._heartbeat():
                     why = "external"
-                    child.stop(grace=self.settings.core.stop_grace_period)
+                    child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
             if why is not None:  # stopped and reaped above: its pipes are closed
                 return outcome, child.exit_status, why
 
@@ -238,7 +265,15 @@ class TaskSupervisor:
             return message, True
         if isinstance(message, wire.Request):
             try:
-                child.channel.send(self._answer(message))
+                answer = self._answer(message)
+            except exc.SQLAlchemyError as error:
+                answer = wire.ErrorResponse(
+                    id=message.id, kind="DATABASE_ERROR",
+                    message=f"the supervisor could not answer {type(message).__name__}: "
+                    f"{orm.first_line(getattr(error, 'orig', None) or error)}",
+                )  # fmt: skip
+            try:
+                child.channel.send(answer)
             except (OSError, ValueError):
                 pass  # the task died before reading its answer
         return None, True
@@ -256,6 +291,19 @@ class TaskSupervisor:
                 )  # fmt: skip
                 return XComValue(id=request.id, value=value)
             if isinstance(request, XComPush):
+                if len(request.key) > MAX_KEY_LENGTH or not request.key:
+                    return wire.ErrorResponse(
+                        id=request.id, kind="XCOM_KEY_INVALID",
+                        message=f"XCom key {request.key[:60]!r} of task {workload.task_id!r} "
+                        f"must be 1 to {MAX_KEY_LENGTH} characters long",
+                    )  # fmt: skip
+                if session.scalar(select(TaskInstance.id).where(*self._this_try())
+                                  .with_for_update()) is None:  # fmt: skip
+                    # Cleared or failed from outside meanwhile: it must not leave values.
+                    return wire.ErrorResponse(
+                        id=request.id, kind="TASK_NOT_RUNNING",
+                        message=f"task {workload.task_id!r} is no longer running this try",
+                    )  # fmt: skip
                 limit = self.settings.core.max_xcom_size
                 if len(request.value.encode()) > limit:
                     return wire.ErrorResponse(
@@ -289,19 +337,14 @@ class TaskSupervisor:
     def _heartbeat(self) -> bool:
         """Record that the try is alive; False if someone changed the task instance."""
         with orm.session_scope() as session:
-            ti = session.get(TaskInstance, self.workload.ti_id)
-            if ti is None or ti.state != TaskState.RUNNING:
-                return False
-            if ti.try_number != self.workload.try_number:
-                return False
-            ti.last_heartbeat = utcnow()
-            return True
+            result = session.execute(
+                update(TaskInstance).where(*self._this_try()).values(last_heartbeat=utcnow())
+            )
+            return result.rowcount == 1
 
     def _set_task_pid(self, pid: int) -> None:
         with orm.session_scope() as session:
-            ti = session.get(TaskInstance, self.workload.ti_id)
-            if ti is not None:
-                ti.task_pid = pid
+            session.execute(update(TaskInstance).where(*self._this_try()).values(task_pid=pid))
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:
