@@ -158,6 +158,8 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         pairs = [ctx.Pipe(duplex=False) for _ in range(2)]
         readers, writers = tuple(r for r, _ in pairs), tuple(w for _, w in pairs)
     pickled = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    if method == "fork" and platform.parent_death_signal:
+        platforms.libc()  # opened once here, so that no fork child pays for dlopen
     # A fork child inherits our ends of its own pipes too; it must close them, or it
     # would never see EOF when we die. Other methods pass only the child's ends.
     ours = (parent_end, control_parent, *readers) if method == "fork" else ()

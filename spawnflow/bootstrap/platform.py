@@ -14,6 +14,7 @@ psutil is imported lazily: a child that never stops anything should not pay for 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -76,11 +77,8 @@ class Platform(msgspec.Struct, frozen=True):
         """
         if not self.parent_death_signal:
             return True
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
+        libc().prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
         # The parent may have died between our fork and the prctl call: then no
         # signal will ever come, so look for ourselves.
         return _pid_alive(parent_pid)
@@ -95,10 +93,8 @@ class Platform(msgspec.Struct, frozen=True):
         """
         if not self.parent_death_signal:  # the Linux-only prctl family
             return
-        import ctypes
-
         pr_set_child_subreaper = 36
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+        libc().prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
     def kill_descendants(self) -> None:
         """Kill every process below this one (before this one leaves)."""
@@ -420,6 +416,18 @@ WINDOWS = Platform(
     stop_by_signal=False,
     parent_death_signal=False,
 )
+
+
+@functools.cache
+def libc() -> Any:
+    """The C library of this process, for ``prctl`` (Linux).
+
+    Loaded once: a parent that forks children loads it before the first fork (see
+    the launcher), so that no fork child pays for ``dlopen``.
+    """
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def detect() -> Platform:
