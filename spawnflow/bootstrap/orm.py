@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc, text
+from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -100,11 +100,19 @@ def session_scope(url: str | None = None, *, write: bool = True) -> Iterator[Ses
 
     On SQLite a ``write`` scope takes the database's write lock when it begins (see
     :func:`_begin`); pass ``write=False`` for one that only reads, so that it
-    neither waits for writers nor makes them wait.
+    neither waits for writers nor makes them wait. Inside :func:`one_connection`
+    the unit of work runs on that block's connection.
     """
     maker = sessionmaker_for(url)
+    bound = maker.kw["bind"]
+    pinned = _pinned.get((os.getpid(), str(bound.url)))
+    if pinned is not None and not pinned.in_transaction():
+        # Connection.execution_options changes this connection in place (SQLAlchemy 2).
+        pinned.execution_options(**{_WRITE_LOCK: write})
+        with Session(bind=pinned, expire_on_commit=False) as session, session.begin():
+            yield session
+        return
     if write:
-        bound = maker.kw["bind"]
         key = (os.getpid(), str(bound.url), "write")
         maker = _sessionmakers.get(key)
         if maker is None:
@@ -112,6 +120,32 @@ def session_scope(url: str | None = None, *, write: bool = True) -> Iterator[Ses
             maker = _sessionmakers[key] = sessionmaker(writer, expire_on_commit=False)
     with maker.begin() as session:
         yield session
+
+
+#: The connection each engine's session scopes share inside ``one_connection``.
+_pinned: dict[tuple[int, str], Connection] = {}
+
+
+@contextmanager
+def one_connection(url: str | None = None) -> Iterator[None]:
+    """Run the block's session scopes one after another on a single connection.
+
+    A loop that runs several short units of work per turn then checks a connection
+    out of the pool (and, on a server database, pings it) once per turn rather than
+    once per unit. Each scope still commits on its own. A scope opened while
+    another is still open gets a pooled connection of its own, as outside the block.
+    """
+    bound = engine(url)
+    key = (os.getpid(), str(bound.url))
+    if key in _pinned:
+        yield
+        return
+    with bound.connect() as connection:
+        _pinned[key] = connection
+        try:
+            yield
+        finally:
+            del _pinned[key]
 
 
 def dispose_all() -> None:
@@ -337,6 +371,8 @@ def _after_fork_in_child() -> None:
         inherited.dispose(close=False)
     for key in [k for k in _sessionmakers if k[0] != pid]:
         _sessionmakers.pop(key)
+    for key in [k for k in _pinned if k[0] != pid]:
+        _inherited.append(_pinned.pop(key))
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -49,3 +49,57 @@ def test_an_unreachable_server_is_one_sentence_with_the_password_hidden(make_set
     )
     assert "secret" not in message
     assert "\n" not in message
+
+
+def _driver_connection(session):
+    return session.connection().connection.dbapi_connection
+
+
+def test_scopes_in_one_connection_share_it_and_each_commits(migrated_database):
+    from sqlalchemy import func, select
+
+    from spawnflow.models.run import Variable
+
+    def stored() -> int:  # read through another connection, outside the block
+        with orm.engine().connect() as other:
+            return other.scalar(select(func.count()).select_from(Variable))
+
+    with orm.one_connection():
+        with orm.session_scope() as session:
+            session.add(Variable(key="a", value="1"))
+            first = _driver_connection(session)
+        assert stored() == 1
+        with orm.session_scope(write=False) as session:
+            assert _driver_connection(session) is first
+            with orm.session_scope() as inner:  # opened while the outer scope is open
+                assert _driver_connection(inner) is not first
+                inner.add(Variable(key="b", value="2"))
+            assert stored() == 2
+        try:
+            with orm.session_scope() as session:
+                session.add(Variable(key="c", value="3"))
+                raise LookupError("the unit of work fails")
+        except LookupError:
+            pass
+        assert stored() == 2
+        with orm.session_scope() as session:
+            assert session.get(Variable, "c") is None
+            assert _driver_connection(session) is first
+
+
+def test_sqlite_scopes_in_one_connection_still_begin_as_their_kind(make_settings, tmp_path):
+    from sqlalchemy import event
+
+    make_settings(**{"database.url": f"sqlite:///{(tmp_path / 'x.db').as_posix()}"})
+    begins: list[str] = []
+
+    def seen(_conn, _cursor, statement, *_):
+        if statement.startswith("BEGIN"):
+            begins.append(statement)
+
+    event.listen(orm.engine(), "before_cursor_execute", seen)
+    with orm.one_connection():
+        for write in (True, False, True):
+            with orm.session_scope(write=write) as session:
+                session.connection()
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN", "BEGIN IMMEDIATE"]

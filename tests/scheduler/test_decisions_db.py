@@ -132,6 +132,31 @@ def test_a_changed_dag_retires_removed_tasks_and_adds_new_ones(make_settings, tm
     assert harness.run_state(run_id) == "running"
 
 
+def test_the_dag_bag_reads_each_dag_once_per_session_and_follows_new_versions(
+    make_settings, tmp_path
+):
+    from sqlalchemy import event
+
+    from spawnflow.processors.scheduler.runs import DagBag
+
+    settings = setup(make_settings, tmp_path)
+    bag = DagBag()
+    statements: list[str] = []
+    event.listen(orm.engine(), "before_cursor_execute", lambda *a: statements.append(a[2]))
+    with orm.session_scope() as session:
+        first = bag.get(session, "narrow")
+        before = len(statements)
+        assert bag.get(session, "narrow") is first
+        assert len(statements) == before  # the same unit of work asks the database once
+    assert len(first.tasks) == 10
+
+    (tmp_path / "dags" / "limits.py").write_text(harness.LIMITS.replace("range(10)", "range(4)"))
+    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    with orm.session_scope() as session:
+        assert len(bag.get(session, "narrow").tasks) == 4
+        assert bag.get(session, "no_such_dag") is None
+
+
 def test_a_cleared_running_task_waits_in_restarting_until_its_supervisor_lets_go(
     make_settings, tmp_path
 ):

@@ -119,7 +119,11 @@ class Scheduler:
             self._unregister()
 
     def loop_once(self, *, queue: bool = True) -> LoopSummary:
-        """One turn of the loop."""
+        """One turn of the loop: a few short units of work over one connection."""
+        with orm.one_connection():
+            return self._turn(queue)
+
+    def _turn(self, queue: bool) -> LoopSummary:
         self.loops += 1
         now = runs.utcnow()
         with orm.session_scope() as session:
@@ -225,16 +229,16 @@ class Scheduler:
                 log.warning("reset task instances a stopped scheduler had queued", count=reset)
 
     def _summary(self, created: int, queued: int) -> LoopSummary:
+        runs_query = select(func.count()).where(DagRun.state.in_(runs.ACTIVE_RUNS))
+        tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
+        if self.only_runs is not None:
+            runs_query = runs_query.where(DagRun.id.in_(self.only_runs))
+            tasks_query = tasks_query.where(TaskInstance.dag_run_id.in_(self.only_runs))
         with orm.session_scope(write=False) as session:
-            runs_query = select(func.count()).where(DagRun.state.in_(runs.ACTIVE_RUNS))
-            tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
-            if self.only_runs is not None:
-                runs_query = runs_query.where(DagRun.id.in_(self.only_runs))
-                tasks_query = tasks_query.where(TaskInstance.dag_run_id.in_(self.only_runs))
-            return LoopSummary(
-                self.loops, created, queued, session.scalar(runs_query) or 0,
-                session.scalar(tasks_query) or 0,
-            )  # fmt: skip
+            active_runs, running_tasks = session.execute(
+                select(runs_query.scalar_subquery(), tasks_query.scalar_subquery())
+            ).one()
+        return LoopSummary(self.loops, created, queued, active_runs or 0, running_tasks or 0)
 
 
 def run(channel, **kwargs) -> None:

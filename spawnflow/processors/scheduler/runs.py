@@ -41,23 +41,34 @@ def aware(moment: dt.datetime | None) -> dt.datetime | None:
 
 
 class DagBag:
-    """Serialized Dags, decoded once per version."""
+    """Serialized Dags, decoded once per version.
+
+    Each Dag's hash is read once per session (the unit of work sees one version of
+    it); the document itself only when the hash changed.
+    """
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[str, serialize.SerializedDag]] = {}
 
     def get(self, session: Session, dag_id: str) -> serialize.SerializedDag | None:
-        row = session.execute(
-            select(SerializedDagModel.dag_hash, SerializedDagModel.data).where(
-                SerializedDagModel.dag_id == dag_id
-            )
-        ).first()
-        if row is None:
-            return None
+        checked: set[str] = session.info.setdefault("spawnflow.dags_checked", set())
         cached = self._cache.get(dag_id)
-        if cached is None or cached[0] != row.dag_hash:
-            cached = (row.dag_hash, serialize.decode(row.data).dag)
-            self._cache[dag_id] = cached
+        if dag_id in checked:
+            return cached[1] if cached is not None else None
+        where = SerializedDagModel.dag_id == dag_id
+        dag_hash = session.scalar(select(SerializedDagModel.dag_hash).where(where))
+        checked.add(dag_id)
+        if dag_hash is None:
+            self._cache.pop(dag_id, None)
+            return None
+        if cached is None or cached[0] != dag_hash:
+            row = session.execute(
+                select(SerializedDagModel.dag_hash, SerializedDagModel.data).where(where)
+            ).first()
+            if row is None:  # deleted since we read its hash
+                self._cache.pop(dag_id, None)
+                return None
+            cached = self._cache[dag_id] = (row.dag_hash, serialize.decode(row.data).dag)
         return cached[1]
 
 
