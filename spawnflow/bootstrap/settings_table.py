@@ -123,6 +123,66 @@ def _parse_path(raw: Any, context: Context) -> Path:
 
 PATH = Kind("path", "a path", _parse_path)
 
+#: What [core] xcom_backend accepts besides the built-in names.
+_IMPORT_STRING = re.compile(r"^[A-Za-z_][\w.]*[:.][A-Za-z_]\w*$")
+
+
+def _parse_xcom_backend(raw: Any, _: Context) -> str:
+    allowed = "database, objectstorage, or a backend class as module:Class"
+    if isinstance(raw, str) and raw.strip().lower() in ("database", "objectstorage"):
+        return raw.strip().lower()
+    if isinstance(raw, str) and _IMPORT_STRING.match(raw.strip()):
+        return raw.strip()
+    raise InvalidValue(allowed)
+
+
+XCOM_BACKEND = Kind(
+    "backend", "database, objectstorage, or a backend class as module:Class", _parse_xcom_backend
+)
+
+
+def _parse_storage_url(raw: Any, _: Context) -> str:
+    if isinstance(raw, str) and (not raw.strip() or "://" in raw):
+        return raw.strip().rstrip("/")
+    raise InvalidValue("a URL such as file:///srv/xcoms, memory://xcoms or s3://bucket/prefix")
+
+
+def _parse_json_object(raw: Any, _: Context) -> dict:
+    import json
+
+    allowed = 'a JSON object, e.g. {"endpoint_url": "http://127.0.0.1:9000"}'
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            raise InvalidValue(allowed) from None
+        if isinstance(value, dict):
+            return value
+    raise InvalidValue(allowed)
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether an option key such as ``secret`` or ``aws_access_key_id`` holds a credential."""
+    return any(word in name.lower() for word in ("secret", "password", "token", "key"))
+
+
+def _show_options(value: Any) -> str:
+    if not isinstance(value, dict):  # not shown: the text may hold credentials
+        return "a text that is not a JSON object"
+    return repr({k: "***" if is_secret_key(k) else v for k, v in value.items()})
+
+
+JSON_OBJECT = Kind("JSON object", 'a JSON object, e.g. {"endpoint_url": "http://127.0.0.1:9000"}',
+                   _parse_json_object, show=_show_options)  # fmt: skip
+
+
+STORAGE_URL = Kind(
+    "URL", "a URL such as file:///srv/xcoms, memory://xcoms or s3://bucket/prefix",
+    _parse_storage_url,
+)  # fmt: skip
+
 
 def _start_method(optional: bool) -> Kind:
     allowed = "one of " + ", ".join(START_METHODS)
@@ -215,6 +275,7 @@ SECTIONS = {
     "scheduler": "The scheduler.",
     "executor": "The executor and its workers.",
     "triggerer": "The triggerer.",
+    "xcom": "Where XCom values are kept, and the per-task helper process of other backends.",
 }
 
 #: The components whose children may use a start method of their own (law 2).
@@ -275,6 +336,14 @@ OPTIONS: tuple[Option, ...] = (
         _integer(1),
         1_048_576,
         "Largest XCom value, in bytes of its JSON form.",
+    ),
+    Option(
+        "core",
+        "xcom_backend",
+        XCOM_BACKEND,
+        "database",
+        "Where XCom values live: `database` (in the metadata database), `objectstorage` "
+        "(see [xcom]) or a subclass of `spawnflow.sdk.XComBackend` named as module:Class.",
     ),
     Option(
         "core",
@@ -384,6 +453,42 @@ OPTIONS: tuple[Option, ...] = (
         _seconds(0.1),
         5.0,
         "Seconds between two looks at the Dags folder when nothing is due.",
+    ),
+    Option(
+        "xcom",
+        "objectstorage_path",
+        STORAGE_URL,
+        "",
+        "fsspec URL under which the objectstorage backend keeps values (s3:// needs s3fs).",
+    ),
+    Option(
+        "xcom",
+        "objectstorage_options",
+        JSON_OBJECT,
+        {},
+        "Options for the fsspec filesystem of objectstorage_path, as a JSON object "
+        "(for S3: `endpoint_url`, `key`, `secret`, `client_kwargs`).",
+    ),
+    Option(
+        "xcom",
+        "objectstorage_threshold",
+        _integer(0),
+        0,
+        "Values smaller than this many bytes (as JSON) stay in the database; 0 offloads all.",
+    ),
+    Option(
+        "xcom",
+        "objectstorage_compression",
+        _choice("none", "gzip"),
+        "none",
+        "Compression of the values the objectstorage backend writes.",
+    ),
+    Option(
+        "xcom",
+        "helper_call_timeout",
+        _seconds(0.1),
+        60.0,
+        "Seconds one backend call may take in the XCom helper before the helper is killed.",
     ),
 )
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -110,7 +111,11 @@ class BootFailed(Message):
 
 
 class Channel:
-    """One end of a parent/child connection that sends and receives :class:`Message`."""
+    """One end of a parent/child connection that sends and receives :class:`Message`.
+
+    Several threads may :meth:`call` at once: one of them reads at a time and hands
+    each response to the thread that waits for its id.
+    """
 
     def __init__(self, connection: Any):
         self.connection = connection
@@ -118,6 +123,11 @@ class Channel:
         #: Messages that arrived while :meth:`call` waited for another id.
         self._early: list[Message] = []
         self._lock = threading.Lock()
+        #: Ids that callers wait for, and the responses read for them by another caller.
+        self._waiting: set[int] = set()
+        self._answers: dict[int, Response] = {}
+        self._reader_busy = False
+        self._turn = threading.Condition()
 
     def next_id(self) -> int:
         """A request id unique on this end of the channel."""
@@ -133,13 +143,41 @@ class Channel:
 
         Responses are matched by id, never by position: anything else that arrives
         meanwhile is kept for :meth:`recv`. An ErrorResponse is returned, not raised.
+        TimeoutError if no answer comes within ``timeout`` seconds.
         """
-        self.send(request)
-        while True:
-            message = self._read(timeout)
-            if isinstance(message, Response) and message.id == request.id:
-                return message
-            self._early.append(message)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._turn:
+            self._waiting.add(request.id)
+        try:
+            self.send(request)
+            while True:
+                with self._turn:
+                    while self._reader_busy and request.id not in self._answers:
+                        if not self._turn.wait(_left(deadline)):
+                            raise TimeoutError(f"no answer within {timeout:g} seconds")
+                    if request.id in self._answers:
+                        return self._answers.pop(request.id)
+                    self._reader_busy = True
+                try:
+                    message = self._read(_left(deadline))
+                except BaseException:
+                    with self._turn:
+                        self._reader_busy = False
+                        self._turn.notify_all()
+                    raise
+                with self._turn:
+                    # Filed before the next reader may start, so no answer is missed.
+                    self._reader_busy = False
+                    self._turn.notify_all()
+                    if isinstance(message, Response) and message.id == request.id:
+                        return message
+                    if isinstance(message, Response) and message.id in self._waiting:
+                        self._answers[message.id] = message  # another caller's
+                    else:
+                        self._early.append(message)
+        finally:
+            with self._turn:
+                self._waiting.discard(request.id)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         return bool(self._early) or self.connection.poll(timeout)
@@ -163,6 +201,10 @@ class Channel:
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def encode(message: Message) -> bytes:

@@ -24,7 +24,20 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, Path):
         value = str(value)
+    if isinstance(value, dict):  # an inline table; secrets are not printed
+        items = ", ".join(
+            f"{_toml_key(key)} = "
+            + (_toml_value("***") if settings_table.is_secret_key(key) else _toml_value(item))
+            for key, item in value.items()
+        )
+        return "{ " + items + " }" if items else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
 
 
 @config_group.command("show", short_help="Print every setting in config-file form.")

@@ -31,15 +31,23 @@ class LocalExecutor(BaseExecutor):
         self.busy: dict[int, tuple[int, Workload]] = {}
         self.replaced = 0
         self.stopping = False
+        #: The XCom backend's routing, checked once at start (see spawnflow.xcoms.check).
+        self.xcom_backend = None
 
     def start(self) -> None:
+        from spawnflow import xcoms
+
+        # In a helper child: the backend's modules never enter this process or, through
+        # a fork, the workers. A backend that cannot load is a UserError here, at start.
+        self.xcom_backend = xcoms.check(self.settings, method=self.method)
         self.workers = [self._launch() for _ in range(self.parallelism)]
         for worker in self.workers:
             worker.wait_ready(timeout=120)
 
     def _launch(self) -> launcher.Child:
         spec = launcher.ChildSpec(
-            "executor-worker", TARGET, {"method": self.method}, settings=self.settings,
+            "executor-worker", TARGET,
+            {"method": self.method, "xcom_backend": self.xcom_backend}, settings=self.settings,
             warm_stop_group=False,  # the worker stops its task itself, after a grace period
         )  # fmt: skip
         return launcher.launch(spec, method=self.method, component="executor")

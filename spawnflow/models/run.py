@@ -87,7 +87,11 @@ class TaskInstance(Base):
 
 
 class XCom(Base):
-    """A value a task pushed, JSON-encoded, for its downstream tasks."""
+    """A value a task pushed, for its downstream tasks.
+
+    Either ``value`` holds its JSON text, or ``reference`` says where the configured
+    XCom backend keeps it (an object's URL, say) and ``value`` is empty.
+    """
 
     __tablename__ = "xcom"
     __table_args__ = (UniqueConstraint("task_instance_id", "key"),)
@@ -97,7 +101,8 @@ class XCom(Base):
         Integer, ForeignKey("task_instance.id", ondelete="CASCADE")
     )
     key: Mapped[str] = mapped_column(Identifier)
-    value: Mapped[str] = mapped_column(LongText)
+    value: Mapped[str | None] = mapped_column(LongText)
+    reference: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -94,7 +94,12 @@ def _call_with_context(function, args: list, kwargs: dict) -> Any:
         accepts = False
     if accepts and "context" not in kwargs:
         kwargs = {**kwargs, "context": runtime.get_current_context()}
-    return function(*args, **kwargs)
+    result = function(*args, **kwargs)
+    if inspect.iscoroutine(result):  # an async def task
+        import asyncio
+
+        result = asyncio.run(result)
+    return result
 
 
 def _run_command(command: str, task: CommandTask) -> str | None:
@@ -117,8 +122,12 @@ def _run_command(command: str, task: CommandTask) -> str | None:
 
 def _resolve(value: Any, channel) -> Any:
     if isinstance(value, XComArg):
+        from spawnflow.bootstrap.wire import ErrorResponse
+
         answer = channel.call(XComPull(id=channel.next_id(), task_id=value.task.task_id,
                                        key=value.key))  # fmt: skip
+        if isinstance(answer, ErrorResponse):
+            raise TaskFailed(answer.message)
         return None if answer.value is None else xcom.decode(answer.value)
     if isinstance(value, list):
         return [_resolve(item, channel) for item in value]

@@ -1,6 +1,14 @@
 """What Dag authors import: ``from spawnflow import Dag, dag, task, CommandTask``."""
 
 from spawnflow.sdk.dags import Dag, dag
+from spawnflow.sdk.runtime import (
+    Variable,
+    get_current_context,
+    xcom_pull,
+    xcom_pull_async,
+    xcom_push,
+    xcom_push_async,
+)
 from spawnflow.sdk.tasks import (
     CommandTask,
     DagDefinitionError,
@@ -10,6 +18,7 @@ from spawnflow.sdk.tasks import (
     XComArg,
     task,
 )
+from spawnflow.sdk.xcom_backend import XComBackend, XComRef
 
 __all__ = [
     "CommandTask",
@@ -18,7 +27,15 @@ __all__ = [
     "PythonTask",
     "Task",
     "TriggerRule",
+    "Variable",
     "XComArg",
+    "XComBackend",
+    "XComRef",
     "dag",
+    "get_current_context",
     "task",
+    "xcom_pull",
+    "xcom_pull_async",
+    "xcom_push",
+    "xcom_push_async",
 ]

@@ -19,6 +19,15 @@ class NotInTask(RuntimeError):
     """A runtime call made outside a running task."""
 
 
+class SupervisorError(RuntimeError):
+    """The supervisor refused or could not answer a request; ``kind`` is a stable code
+    (``XCOM_BACKEND_ERROR``, ``XCOM_TOO_LARGE``, ``TASK_NOT_RUNNING``…)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
 def install(channel: Any, context: dict[str, Any]) -> None:
     """Called by the task runner before the task's code runs."""
     global _channel, _context
@@ -45,7 +54,7 @@ def _call(make: Any) -> Any:
         raise NotInTask("this works only inside a running task")
     answer = _channel.call(make(_channel.next_id()))
     if isinstance(answer, ErrorResponse):
-        raise RuntimeError(f"{answer.kind}: {answer.message}")
+        raise SupervisorError(answer.kind, answer.message)
     return answer
 
 
@@ -81,3 +90,17 @@ def xcom_push(key: str, value: Any) -> None:
 
     encoded = xcom.encode(value, key, get_current_context()["task_id"])
     _call(lambda id: XComPush(id=id, key=key, value=encoded))
+
+
+async def xcom_pull_async(task_id: str, key: str = "return_value") -> Any:
+    """:func:`xcom_pull` for async tasks: several may wait at once."""
+    import asyncio
+
+    return await asyncio.to_thread(xcom_pull, task_id, key)
+
+
+async def xcom_push_async(key: str, value: Any) -> None:
+    """:func:`xcom_push` for async tasks: several may wait at once, each gets its answer."""
+    import asyncio
+
+    await asyncio.to_thread(xcom_push, key, value)

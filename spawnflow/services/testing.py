@@ -93,6 +93,12 @@ class DryRunSupervisor(TaskSupervisor):
     def _set_task_pid(self, pid: int) -> None:
         pass
 
+    def _xcom_runner(self, attempt: AttemptLog) -> None:
+        return None  # XComs stay in memory: no backend, no helper
+
+    def _xcom_service(self, child, runner, attempt) -> None:
+        return None  # XComs are answered by _answer below
+
     def _answer(self, request: wire.Request) -> wire.Response:
         if isinstance(request, XComPush):
             self.xcoms[request.key] = request.value

@@ -29,20 +29,19 @@ from spawnflow.bootstrap import launcher, lifecycle, orm, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.tasks import (
-    Done,
     GetVariable,
     TaskOutcome,
     VariableValue,
     Workload,
     XComPull,
     XComPush,
-    XComValue,
 )
-from spawnflow.models.run import DagRun, TaskInstance, TaskState, Variable, XCom
+from spawnflow.models.run import TaskInstance, TaskState, Variable
+from spawnflow.processors.worker.xcoms import XComService, database_error
+from spawnflow.xcoms import BackendChoice
+from spawnflow.xcoms.calls import runner_for
 
 TARGET = "spawnflow.processors.task_runner:run_task"
-#: The longest XCom key the database column holds.
-MAX_KEY_LENGTH = 250
 
 
 def utcnow() -> dt.datetime:
@@ -86,11 +85,15 @@ class AttemptLog:
 class TaskSupervisor:
     """Runs one try; constructing one has no side effects."""
 
-    def __init__(self, workload: Workload, settings: Settings, *, method: str | None = None):
+    def __init__(self, workload: Workload, settings: Settings, *, method: str | None = None,
+                 xcom_backend: BackendChoice | None = None):  # fmt: skip
         self.workload = workload
         self.settings = settings
         self.method = method
+        #: How to route XCom calls, as the executor checked it at start-up.
+        self.xcom_backend = xcom_backend or _assumed_backend(settings)
         self.reason: str | None = None
+        self.xcom_service: XComService | None = None
 
     def run(self) -> str:
         """Run the try and return the state the task instance ended in."""
@@ -186,8 +189,6 @@ class TaskSupervisor:
 
     def _supervise(self, attempt: AttemptLog):
         """Serve the task process until it ends; (outcome, exit status, why it was stopped)."""
-        from multiprocess.connection import wait
-
         spec = launcher.ChildSpec(
             "task", TARGET, {"workload": self.workload}, settings=self.settings,
             log_file=Path(self.workload.log_file), capture_output=True,
@@ -195,6 +196,17 @@ class TaskSupervisor:
         )  # fmt: skip
         child = launcher.launch(spec, method=self.method, component="executor")
         self._set_task_pid(child.pid)
+        runner = self._xcom_runner(attempt)
+        self.xcom_service = self._xcom_service(child, runner, attempt)
+        try:
+            return self._serve_until_done(child, runner, attempt)
+        finally:
+            if runner is not None:
+                self._finish_xcom_calls(runner)
+
+    def _serve_until_done(self, child: launcher.Child, runner: Any, attempt: AttemptLog):
+        from multiprocess.connection import wait
+
         platform = platforms.current()
         streams = {"stdout": child.stdout, "stderr": child.stderr}
         interval = self.settings.executor.heartbeat_interval
@@ -209,12 +221,21 @@ class TaskSupervisor:
             wake = min(next_beat, deadline or next_beat, stop_by or next_beat)
             if exited_at is not None:
                 wake = min(wake, exited_at + 2.0)
+            helper_wait = runner.seconds_to_deadline() if runner is not None else None
+            if helper_wait is not None:
+                wake = min(wake, now + helper_wait)
             objects = list(streams.values())
             if channel_open:
                 objects.append(child.channel.connection)
             if exited_at is None:
                 objects.append(child.sentinel)
-            for ready in wait(objects, timeout=max(0.0, wake - now)):
+            helper_objects = runner.wait_objects() if runner is not None else []
+            ready_objects = wait(objects + helper_objects, timeout=max(0.0, wake - now))
+            if runner is not None:
+                runner.service()  # answers, a dead helper, a call past its timeout
+            for ready in ready_objects:
+                if ready in helper_objects:
+                    continue
                 if ready is child.channel.connection:
                     answer, channel_open = self._serve(child)
                     outcome = answer or outcome
@@ -263,15 +284,11 @@ class TaskSupervisor:
             return None, False
         if isinstance(message, TaskOutcome):
             return message, True
+        if isinstance(message, XComPush | XComPull) and self.xcom_service is not None:
+            self.xcom_service.handle(message)  # answered now, or when the backend's call ends
+            return None, True
         if isinstance(message, wire.Request):
-            try:
-                answer = self._answer(message)
-            except exc.SQLAlchemyError as error:
-                answer = wire.ErrorResponse(
-                    id=message.id, kind="DATABASE_ERROR",
-                    message=f"the supervisor could not answer {type(message).__name__}: "
-                    f"{orm.first_line(getattr(error, 'orig', None) or error)}",
-                )  # fmt: skip
+            answer = self._answer_safely(message)
             try:
                 child.channel.send(answer)
             except (OSError, ValueError):
@@ -279,52 +296,52 @@ class TaskSupervisor:
         return None, True
 
     def _answer(self, request: wire.Request) -> wire.Response:
-        workload = self.workload
-        with orm.session_scope() as session:
-            if isinstance(request, XComPull):
-                value = session.scalar(
-                    select(XCom.value)
-                    .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
-                    .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
-                    .where(DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id,
-                           TaskInstance.task_id == request.task_id, XCom.key == request.key)
-                )  # fmt: skip
-                return XComValue(id=request.id, value=value)
-            if isinstance(request, XComPush):
-                if len(request.key) > MAX_KEY_LENGTH or not request.key:
-                    return wire.ErrorResponse(
-                        id=request.id, kind="XCOM_KEY_INVALID",
-                        message=f"XCom key {request.key[:60]!r} of task {workload.task_id!r} "
-                        f"must be 1 to {MAX_KEY_LENGTH} characters long",
-                    )  # fmt: skip
-                if session.scalar(select(TaskInstance.id).where(*self._this_try())
-                                  .with_for_update()) is None:  # fmt: skip
-                    # Cleared or failed from outside meanwhile: it must not leave values.
-                    return wire.ErrorResponse(
-                        id=request.id, kind="TASK_NOT_RUNNING",
-                        message=f"task {workload.task_id!r} is no longer running this try",
-                    )  # fmt: skip
-                limit = self.settings.core.max_xcom_size
-                if len(request.value.encode()) > limit:
-                    return wire.ErrorResponse(
-                        id=request.id, kind="XCOM_TOO_LARGE",
-                        message=f"XCom {request.key!r} of task {workload.task_id!r} is "
-                        f"{len(request.value.encode())} bytes; [core] max_xcom_size is {limit}",
-                    )  # fmt: skip
-                stored = session.scalar(select(XCom).where(
-                    XCom.task_instance_id == workload.ti_id, XCom.key == request.key
-                ))  # fmt: skip
-                if stored is None:
-                    stored = XCom(task_instance_id=workload.ti_id, key=request.key)
-                    session.add(stored)
-                stored.value = request.value
-                return Done(id=request.id)
-            if isinstance(request, GetVariable):
+        """Answer a request of the task process (or of its XCom helper) from the database."""
+        if isinstance(request, GetVariable):
+            with orm.session_scope(write=False) as session:
                 value = session.scalar(select(Variable.value).where(Variable.key == request.key))
-                return VariableValue(id=request.id, value=value)
+            return VariableValue(id=request.id, value=value)
         return wire.ErrorResponse(
             id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__
         )
+
+    # -- XComs ------------------------------------------------------------------------
+
+    def _xcom_runner(self, attempt: AttemptLog) -> Any:
+        """What runs the XCom backend's calls: None (database), or a helper started lazily."""
+        workload = self.workload
+        context = {"dag_id": workload.dag_id, "run_id": workload.run_id,
+                   "task_id": workload.task_id, "try_number": workload.try_number}  # fmt: skip
+        return runner_for(
+            self.settings, self.xcom_backend, method=self.method, context=context,
+            answer_request=self._answer_safely, on_event=attempt.event,
+        )  # fmt: skip
+
+    def _xcom_service(self, child: launcher.Child, runner: Any, attempt: AttemptLog):
+        def reply(response: wire.Response) -> None:
+            try:
+                child.channel.send(response)
+            except (OSError, ValueError):
+                pass  # the task died before reading its answer
+
+        return XComService(self.workload, self.settings, self.xcom_backend, runner,
+                           self._this_try, reply, attempt.event)  # fmt: skip
+
+    def _answer_safely(self, request: wire.Request) -> wire.Response:
+        try:
+            return self._answer(request)
+        except exc.SQLAlchemyError as error:
+            return database_error(request, error)
+
+    def _finish_xcom_calls(self, runner: Any) -> None:
+        """Let queued calls (purges of replaced values) end, within one call's timeout."""
+        from multiprocess.connection import wait
+
+        ends = time.monotonic() + self.settings.xcom.helper_call_timeout
+        while runner.pending() and time.monotonic() < ends:
+            wait(runner.wait_objects(), timeout=max(0.0, ends - time.monotonic()))
+            runner.service()
+        runner.stop(grace=min(self.settings.core.stop_grace_period, 5.0))
 
     def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
         attempt.event("execution_timeout passed: stopping the task", level="error",
@@ -345,6 +362,13 @@ class TaskSupervisor:
     def _set_task_pid(self, pid: int) -> None:
         with orm.session_scope() as session:
             session.execute(update(TaskInstance).where(*self._this_try()).values(task_pid=pid))
+
+
+def _assumed_backend(settings: Settings) -> BackendChoice:
+    """The routing of ``[core] xcom_backend`` when nobody checked it: only the database
+    backend runs here; any other goes through a helper."""
+    name = settings.core.xcom_backend
+    return BackendChoice(name, in_helper=name != "database")
 
 
 def _aware(moment: dt.datetime) -> dt.datetime:

@@ -13,7 +13,7 @@ from spawnflow.comms.tasks import RunTask, TaskFinished
 from spawnflow.processors.worker.supervisor import TaskSupervisor
 
 
-def run(channel: Channel, *, method: str | None = None) -> None:
+def run(channel: Channel, *, method: str | None = None, xcom_backend=None) -> None:
     """Serve RunTask requests until stopped or until the executor closes the channel."""
     lifecycle.defer_warm_stop()
     settings = settings_module.current()
@@ -30,5 +30,6 @@ def run(channel: Channel, *, method: str | None = None) -> None:
         workload = message.workload
         log.info("running task", dag_id=workload.dag_id, task_id=workload.task_id,
                  run_id=workload.run_id, try_number=workload.try_number)  # fmt: skip
-        state = TaskSupervisor(workload, settings, method=method).run()
+        supervisor = TaskSupervisor(workload, settings, method=method, xcom_backend=xcom_backend)
+        state = supervisor.run()
         channel.send(TaskFinished(id=message.id, ti_id=workload.ti_id, state=state))

@@ -1,0 +1,191 @@
+"""The supervisor's side of a task's XComs: metadata rows, and the backend's calls.
+
+With the database backend a push or pull is answered at once from the database. With
+any other backend the value goes to the backend (through the task's XCom helper, see
+:mod:`spawnflow.xcoms.calls`) and the task's request is answered when the backend's
+call ends: the row is written then, so a value the backend could not store leaves no
+row, and a stored value is never silently put in the database instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import exc, select
+
+from spawnflow.bootstrap import orm, wire
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
+from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom
+from spawnflow.models.run import DagRun, TaskInstance, XCom
+from spawnflow.sdk.xcom_backend import XComRef
+from spawnflow.xcoms import BackendChoice
+from spawnflow.xcoms.calls import BACKEND_ERROR
+
+#: The longest XCom key the database column holds.
+MAX_KEY_LENGTH = 250
+
+
+class XComService:
+    """Answers a task's XComPush and XComPull; ``reply`` sends an answer to the task."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        settings: Settings,
+        choice: BackendChoice,
+        runner: Any,
+        this_try: Callable[[], tuple],
+        reply: Callable[[wire.Response], None],
+        on_event: Callable[..., None],
+    ):
+        self.workload, self.settings, self.choice = workload, settings, choice
+        #: What runs the backend's calls (None for the database backend).
+        self.runner = runner
+        self.this_try, self.reply, self.on_event = this_try, reply, on_event
+
+    def handle(self, request: XComPush | XComPull) -> None:
+        """Answer ``request`` now or, when the backend must be asked, once it answered."""
+        try:
+            if isinstance(request, XComPush):
+                self._push(request)
+            else:
+                self._pull(request)
+        except exc.SQLAlchemyError as error:
+            self.reply(database_error(request, error))
+
+    # -- push -------------------------------------------------------------------------
+
+    def _push(self, request: XComPush) -> None:
+        workload = self.workload
+        if len(request.key) > MAX_KEY_LENGTH or not request.key:
+            self.reply(wire.ErrorResponse(
+                id=request.id, kind="XCOM_KEY_INVALID",
+                message=f"XCom key {request.key[:60]!r} of task {workload.task_id!r} "
+                f"must be 1 to {MAX_KEY_LENGTH} characters long",
+            ))  # fmt: skip
+            return
+        if self.runner is None:
+            self.reply(self._write(request, None))
+            return
+        if not self._running():
+            self.reply(self._not_running(request))
+            return
+        ref = self._ref(request.key, len(request.value.encode()))
+
+        def stored(answer: wire.Response) -> None:
+            if isinstance(answer, wire.ErrorResponse):
+                self.reply(wire.ErrorResponse(id=request.id, kind=answer.kind,
+                                              message=answer.message))  # fmt: skip
+                return
+            try:
+                response = self._write(request, answer.reference)
+            except exc.SQLAlchemyError as error:
+                response = database_error(request, error)
+            if isinstance(response, wire.ErrorResponse) and answer.reference is not None:
+                self._purge(answer.reference, ref)  # no row points at it
+            self.reply(response)
+
+        self.runner.submit(lambda id: StoreXCom(id=id, ref=ref, value=request.value), stored)
+
+    def _write(self, request: XComPush, reference: str | None) -> wire.Response:
+        """Write the row (the value, or the backend's reference) if this try still runs."""
+        workload = self.workload
+        limit = self.settings.core.max_xcom_size
+        size = len(request.value.encode())
+        if reference is None and size > limit:
+            return wire.ErrorResponse(
+                id=request.id, kind="XCOM_TOO_LARGE",
+                message=f"XCom {request.key!r} of task {workload.task_id!r} is {size} bytes; "
+                f"[core] max_xcom_size is {limit}",
+            )  # fmt: skip
+        with orm.session_scope() as session:
+            if not self._running(session, lock=True):
+                return self._not_running(request)
+            row = session.scalar(select(XCom).where(
+                XCom.task_instance_id == workload.ti_id, XCom.key == request.key
+            ))  # fmt: skip
+            if row is None:
+                row = XCom(task_instance_id=workload.ti_id, key=request.key)
+                session.add(row)
+            replaced = row.reference
+            row.value = None if reference is not None else request.value
+            row.reference = reference
+        if replaced is not None and replaced != reference:
+            self._purge(replaced, self._ref(request.key))
+        return Done(id=request.id)
+
+    def _running(self, session: Any = None, *, lock: bool = False) -> bool:
+        if session is None:
+            with orm.session_scope(write=False) as session:
+                return self._running(session)
+        query = select(TaskInstance.id).where(*self.this_try())
+        return session.scalar(query.with_for_update() if lock else query) is not None
+
+    def _not_running(self, request: wire.Request) -> wire.ErrorResponse:
+        # Cleared or failed from outside meanwhile: it must not leave values.
+        return wire.ErrorResponse(
+            id=request.id, kind="TASK_NOT_RUNNING",
+            message=f"task {self.workload.task_id!r} is no longer running this try",
+        )  # fmt: skip
+
+    def _purge(self, reference: str, ref: XComRef) -> None:
+        if self.runner is None:
+            self.on_event("a replaced XCom's stored value was left in place", level="warning",
+                          reference=reference)  # fmt: skip
+            return
+
+        def purged(answer: wire.Response) -> None:
+            if isinstance(answer, wire.ErrorResponse):
+                self.on_event("purging a replaced XCom failed", level="warning",
+                              reference=reference, error=answer.message)  # fmt: skip
+
+        self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged)
+
+    # -- pull -------------------------------------------------------------------------
+
+    def _pull(self, request: XComPull) -> None:
+        workload = self.workload
+        with orm.session_scope(write=False) as session:
+            row = session.execute(
+                select(XCom.value, XCom.reference)
+                .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
+                .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
+                .where(DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id,
+                       TaskInstance.task_id == request.task_id, XCom.key == request.key)
+            ).first()  # fmt: skip
+        if row is None or row.reference is None:
+            self.reply(XComValue(id=request.id, value=row.value if row else None))
+            return
+        ref = XComRef(workload.dag_id, workload.run_id, request.task_id, request.key)
+        if self.runner is None:
+            self.reply(wire.ErrorResponse(
+                id=request.id, kind=BACKEND_ERROR,
+                message=f"XCom {request.key!r} of task {request.task_id!r} is kept at "
+                f"{row.reference} by another backend, but [core] xcom_backend is database",
+            ))  # fmt: skip
+            return
+
+        def loaded(answer: wire.Response) -> None:
+            if isinstance(answer, wire.ErrorResponse):
+                self.reply(wire.ErrorResponse(id=request.id, kind=answer.kind,
+                                              message=answer.message))  # fmt: skip
+            else:
+                self.reply(XComValue(id=request.id, value=answer.value))
+
+        reference = row.reference
+        self.runner.submit(lambda id: LoadXCom(id=id, ref=ref, reference=reference), loaded)
+
+    def _ref(self, key: str, size: int = 0) -> XComRef:
+        workload = self.workload
+        return XComRef(workload.dag_id, workload.run_id, workload.task_id, key, size)
+
+
+def database_error(request: wire.Request, error: exc.SQLAlchemyError) -> wire.ErrorResponse:
+    """The typed answer to a request the database failed."""
+    return wire.ErrorResponse(
+        id=request.id, kind="DATABASE_ERROR",
+        message=f"the supervisor could not answer {type(request).__name__}: "
+        f"{orm.first_line(getattr(error, 'orig', None) or error)}",
+    )  # fmt: skip
