@@ -78,6 +78,7 @@ def _register() -> None:
         scheduler,
         tasks,
         variables,
+        xcom,
     )
 
     cli.add_command(info.info_command)
@@ -91,6 +92,7 @@ def _register() -> None:
     cli.add_command(runs.runs_group)
     cli.add_command(tasks.tasks_group)
     cli.add_command(variables.variables_group)
+    cli.add_command(xcom.xcom_group)
 
 
 _register()

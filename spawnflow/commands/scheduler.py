@@ -52,11 +52,13 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
 
     Ctrl-C or SIGTERM stops the whole process tree (warm); a second Ctrl-C stops it
     at once."""
+    from spawnflow import xcoms
     from spawnflow.bootstrap import lifecycle
     from spawnflow.models import schema
     from spawnflow.services import standalone
 
     settings = state.settings()
+    xcom_backend = xcoms.check(settings)  # a backend that cannot load stops us here
     before, after = schema.migrate()
     _console_logging(state, "standalone")
     click.echo(f"spawnflow standalone, start method {settings.core.mp_start_method}")
@@ -65,6 +67,9 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     )
     click.echo(f"Dags:     {settings.core.dags_folder}")
     click.echo(f"Logs:     {settings.logging.base_log_folder}")
+    if not xcom_backend.is_database:
+        where = ", through a helper process per task" if xcom_backend.in_helper else ""
+        click.echo(f"XComs:    {xcom_backend.name} backend{where}")
     lifecycle.install()
     lifecycle.defer_warm_stop()
     tty = sys.stdout.isatty()

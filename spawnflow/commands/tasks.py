@@ -103,6 +103,8 @@ def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, .
     state.database()
     cleared = runs.clear(dag_id, run_id, list(task_ids))
     click.echo(f"Cleared {', '.join(cleared)}.")
+    for failure in cleared.purge_failures:
+        click.echo(f"Warning: a stored XCom value was not deleted: {failure}", err=True)
 
 
 @tasks_group.command("mark-failed", short_help="Fail a task instance now.")

@@ -78,14 +78,26 @@ def _locked_run(session, dag_id: str, run_id: str) -> DagRun:
     return run
 
 
-def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
+class Cleared(list):
+    """The task ids cleared; ``purge_failures`` names stored values that could not be
+    deleted (their rows are gone either way)."""
+
+    purge_failures: list[str]
+
+
+def clear(dag_id: str, run_id: str, task_ids: list[str]) -> Cleared:
     """Make task instances run again: XComs removed, tries start over.
 
     A running one becomes ``restarting``: its supervisor sees the change within one
     heartbeat, stops the task process and only then sets ``none``, so that the next
-    try never runs beside the old one. The others become ``none`` at once.
+    try never runs beside the old one. The others become ``none`` at once. Values an
+    XCom backend kept elsewhere are deleted once the rows are (through a helper).
     """
-    cleared = []
+    from spawnflow.bootstrap import settings as settings_module
+    from spawnflow.services import xcoms
+
+    cleared = Cleared()
+    stored = []
     bag = runs.DagBag()
     with orm.session_scope() as session:
         run = _locked_run(session, dag_id, run_id)
@@ -96,6 +108,7 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
                 raise UserError(
                     f"task {task_id!r} is no longer in Dag {dag_id!r}; it cannot run again"
                 )
+            stored += xcoms.stored_values(session, run, ti)
             session.execute(delete(XCom).where(XCom.task_instance_id == ti.id))
             retries = document.task(task_id).retries if document else 0
             ti.max_tries = ti.try_number + retries  # every retry is available again
@@ -107,6 +120,7 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> list[str]:
             cleared.append(task_id)
         if run.state in DagRunState.FINISHED:
             run.state, run.end_date = DagRunState.QUEUED, None
+    cleared.purge_failures = xcoms.purge(settings_module.current(), stored)
     return cleared
 
 

@@ -6,6 +6,7 @@ string (``tests.fixtures.xcom_backends``), loaded by the helper child itself.
 
 from __future__ import annotations
 
+import json
 import time
 
 import psutil
@@ -175,3 +176,38 @@ def test_the_start_up_check_reports_the_routing_the_class_asks_for(helper_settin
     in_worker = helper_settings(backend="tests.fixtures.xcom_backends:RunsInWorker")
     assert xcoms.check(in_worker, method=start_method).in_helper is False
     assert xcoms.check(helper_settings(backend="database")) == xcoms.DATABASE
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """A real S3 API on loopback: moto in server mode, in a thread of this process."""
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_values_round_trip_through_s3_on_loopback(helper_settings, helpers, s3_endpoint):
+    import boto3
+
+    bucket = "spawnflow-xcoms"
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    client.create_bucket(Bucket=bucket)
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing",
+               "client_kwargs": {"region_name": "us-east-1"}}  # fmt: skip
+    helper = helpers(helper_settings(**{
+        "xcom.objectstorage_path": f"s3://{bucket}/xcoms",
+        "xcom.objectstorage_options": json.dumps(options),
+        "xcom.objectstorage_compression": "gzip",
+    }))  # fmt: skip
+    stored = helper.call(store("k", '{"big": "' + "y" * 10_000 + '"}'))
+    assert stored.reference.startswith(f"s3://{bucket}/xcoms/dag/run_1/task/k-")
+    key = stored.reference.removeprefix(f"s3://{bucket}/")
+    assert client.get_object(Bucket=bucket, Key=key)["Body"].read()[:2] == b"\x1f\x8b"
+    loaded = helper.call(lambda id: LoadXCom(id=id, ref=ref("k"), reference=stored.reference))
+    assert loaded.value == '{"big": "' + "y" * 10_000 + '"}'
+    helper.call(lambda id: PurgeXCom(id=id, ref=ref("k"), reference=stored.reference))
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0

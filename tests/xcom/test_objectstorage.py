@@ -88,8 +88,8 @@ def test_an_objectstorage_backend_without_a_path_says_which_setting_to_set(make_
     ("name", "message"),
     [
         ("no_such_module_xyz:Backend", "module 'no_such_module_xyz' cannot be imported"),
-        ("tests.fixtures.xcom_backends:Missing", "has no attribute 'Missing'"),
-        ("tests.fixtures.xcom_backends:NotABackend", r"is not a subclass of spawnflow\.sdk"),
+        ("spawnflow.sdk.dags:Missing", "has no attribute 'Missing'"),
+        ("spawnflow.sdk.dags:Dag", r"is not a subclass of spawnflow\.sdk"),
     ],
 )
 def test_a_backend_that_cannot_be_loaded_is_named_with_the_reason(name, message):

@@ -1,0 +1,54 @@
+"""``spawnflow xcom list | get``: XComs of a run, resolved through the configured backend."""
+
+from __future__ import annotations
+
+import click
+
+from spawnflow.commands.output import table
+from spawnflow.commands.state import State, pass_state
+
+
+@click.group("xcom", short_help="Show the XComs of a Dag run.")
+def xcom_group() -> None:
+    """XComs: values tasks pushed, read through the configured XCom backend."""
+
+
+def _shown(value: object, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+@xcom_group.command("list", short_help="List a run's XComs and where each is stored.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.option("--task-id", help="Only this task's XComs.")
+@pass_state
+def list_command(state: State, dag_id: str, run_id: str, task_id: str | None) -> None:
+    """List the XComs of run RUN_ID of DAG_ID: task, key, where the value is stored
+    (the database, or the backend's reference) and the value itself."""
+    from spawnflow.services import xcoms
+
+    settings = state.database()
+    entries = xcoms.list_xcoms(settings, dag_id, run_id, task_id)
+    rows = [[e.task_id, e.key, e.stored_in, f"(unreadable: {e.error})" if e.error
+             else _shown(e.value)] for e in entries]  # fmt: skip
+    click.echo(table(["task", "key", "stored in", "value"], rows) if rows else "No XComs.")
+
+
+@xcom_group.command("get", short_help="Print one XCom's value and where it is stored.")
+@click.argument("dag_id")
+@click.argument("run_id")
+@click.argument("task_id")
+@click.argument("key", default="return_value")
+@pass_state
+def get_command(state: State, dag_id: str, run_id: str, task_id: str, key: str) -> None:
+    """Print the value TASK_ID pushed under KEY (default: return_value) in run RUN_ID."""
+    from spawnflow.bootstrap.errors import UserError
+    from spawnflow.services import xcoms
+
+    settings = state.database()
+    entry = xcoms.get_xcom(settings, dag_id, run_id, task_id, key)
+    click.echo(f"stored in: {entry.stored_in}")
+    if entry.error:
+        raise UserError(f"XCom {key!r} of task {task_id!r} cannot be read: {entry.error}")
+    click.echo(f"value: {entry.value!r}")

@@ -1,0 +1,122 @@
+"""XComs for commands: read them resolved through the configured backend, purge them.
+
+Values a backend keeps elsewhere are read (and deleted) by an XCom helper process
+started for the command, as a task's supervisor would: this process never loads the
+backend's modules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from sqlalchemy import select
+
+from spawnflow.bootstrap import orm, wire
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.xcoms import LoadXCom, PurgeXCom
+from spawnflow.models.run import DagRun, TaskInstance, XCom
+from spawnflow.sdk import xcom
+from spawnflow.sdk.xcom_backend import XComRef
+from spawnflow.services.runs import NotFound, get_run
+
+
+class XComEntry(msgspec.Struct):
+    """One XCom as ``spawnflow xcom`` shows it."""
+
+    task_id: str
+    key: str
+    #: ``database``, or the reference the backend gave (an object's URL).
+    stored_in: str
+    value: Any = None
+    #: Why the value could not be read, if it could not.
+    error: str | None = None
+
+
+def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None = None,
+               key: str | None = None) -> list[XComEntry]:  # fmt: skip
+    """The run's XComs (one task's, one key's), with their values resolved."""
+    run = get_run(dag_id, run_id)
+    query = (
+        select(TaskInstance.task_id, XCom.key, XCom.value, XCom.reference)
+        .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
+        .where(TaskInstance.dag_run_id == run.id)
+        .order_by(TaskInstance.id, XCom.key)
+    )
+    if task_id is not None:
+        query = query.where(TaskInstance.task_id == task_id)
+    if key is not None:
+        query = query.where(XCom.key == key)
+    with orm.session_scope(write=False) as session:
+        rows = session.execute(query).all()
+    entries, helper = [], None
+    try:
+        for row in rows:
+            if row.reference is None:
+                entries.append(_decoded(XComEntry(row.task_id, row.key, "database"), row.value))
+                continue
+            helper = helper or _helper(settings)
+            ref = XComRef(dag_id, run_id, row.task_id, row.key)
+            answer = helper.call(
+                lambda id, ref=ref, at=row.reference: LoadXCom(id=id, ref=ref, reference=at)
+            )
+            entry = XComEntry(row.task_id, row.key, row.reference)
+            if isinstance(answer, wire.ErrorResponse):
+                entry.error = answer.message
+                entries.append(entry)
+            else:
+                entries.append(_decoded(entry, answer.value))
+    finally:
+        if helper is not None:
+            helper.stop()
+    return entries
+
+
+def get_xcom(settings: Settings, dag_id: str, run_id: str, task_id: str, key: str) -> XComEntry:
+    """One XCom, resolved; NotFound if the task never pushed ``key``."""
+    found = list_xcoms(settings, dag_id, run_id, task_id, key)
+    if not found:
+        raise NotFound(f"task {task_id!r} of run {run_id!r} of Dag {dag_id!r} has no XCom {key!r}")
+    return found[0]
+
+
+def purge(settings: Settings, stored: list[tuple[XComRef, str]]) -> list[str]:
+    """Delete values a backend kept (after their rows were deleted); what could not be."""
+    if not stored:
+        return []
+    helper = _helper(settings)
+    failures = []
+    try:
+        for ref, reference in stored:
+            answer = helper.call(
+                lambda id, ref=ref, at=reference: PurgeXCom(id=id, ref=ref, reference=at)
+            )
+            if isinstance(answer, wire.ErrorResponse):
+                failures.append(f"{reference}: {answer.message}")
+    finally:
+        helper.stop()
+    return failures
+
+
+def stored_values(session: Any, run: DagRun, ti: TaskInstance) -> list[tuple[XComRef, str]]:
+    """What a backend keeps for ``ti``'s XComs: (ref, reference) pairs to purge."""
+    rows = session.execute(
+        select(XCom.key, XCom.reference).where(
+            XCom.task_instance_id == ti.id, XCom.reference.is_not(None)
+        )
+    ).all()
+    return [(XComRef(run.dag_id, run.run_id, ti.task_id, row.key), row.reference) for row in rows]
+
+
+def _helper(settings: Settings):
+    from spawnflow.xcoms.calls import XComHelper
+
+    return XComHelper(settings)
+
+
+def _decoded(entry: XComEntry, text: str | None) -> XComEntry:
+    try:
+        entry.value = None if text is None else xcom.decode(text)
+    except xcom.XComError as error:
+        entry.error = str(error)
+    return entry

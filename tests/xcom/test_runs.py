@@ -1,0 +1,267 @@
+"""XCom backends end to end: the scheduler, executor workers, supervisors, task processes
+and XCom helpers, under each start method, on SQLite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from spawnflow.bootstrap import orm
+from spawnflow.models.run import XCom
+from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+from spawnflow.processors.scheduler.job import Scheduler
+from spawnflow.services import runs as run_service
+from tests.commands.test_cli import assert_user_error, run
+from tests.scheduler import harness
+
+pytestmark = pytest.mark.process
+
+MISBEHAVING = "tests.fixtures.xcom_backends:MisbehavingBackend"
+
+DAGS = """
+import asyncio, time
+from pathlib import Path
+from spawnflow import Dag, task, xcom_pull, xcom_push, xcom_push_async
+
+GATE = Path({gate!r})
+
+with Dag("passing"):
+    @task
+    def produce():
+        return {{"rows": list(range(50)), "name": "x" * 2000}}
+
+    @task
+    def consume(data):
+        return len(data["rows"])
+
+    consume(produce())
+
+
+with Dag("overlapping"):
+    @task
+    async def several():
+        pushes = [xcom_push_async(f"slow_{{n}}", n) for n in range(3)]
+        await asyncio.gather(*pushes, xcom_push_async("fast", "f"))
+        return "pushed"
+
+    @task
+    def read_them():
+        return [xcom_pull("several", f"slow_{{n}}") for n in range(3)] + [
+            xcom_pull("several", "fast")]
+
+    several() >> read_them()
+
+
+with Dag("refused"):
+    @task
+    def refuse():
+        xcom_push("refuse", 1)
+
+    refuse()
+
+
+with Dag("lost"):
+    @task
+    def keep():
+        return "kept"
+
+    @task
+    def use_later():
+        while not GATE.exists():
+            time.sleep(0.05)
+        return xcom_pull("keep")
+
+    keep() >> use_later()
+"""
+
+
+@pytest.fixture
+def xcom_run(start_method, make_settings, tmp_path):
+    """A function that sets up settings for ``backend`` and runs one Dag to its end."""
+    from spawnflow.models import schema
+
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "xcom_dags.py").write_text(DAGS.format(gate=str(tmp_path / "gate")))
+    url = f"sqlite:///{tmp_path.as_posix()}/x.db"
+    values = {
+        "database.url": url, "core.dags_folder": str(tmp_path / "dags"),
+        "core.load_examples": "false", "core.mp_start_method": start_method,
+        "executor.parallelism": "2", "executor.heartbeat_interval": "0.2",
+        "scheduler.loop_interval": "0.1", "xcom.objectstorage_path": (tmp_path / "xcoms").as_uri(),
+    }  # fmt: skip
+
+    def run_dag(dag_id: str, backend: str = MISBEHAVING, on_loop=None, **extra) -> tuple:
+        settings = make_settings(**{**values, "core.xcom_backend": backend, **extra})
+        schema.migrate(url)
+        DagFileProcessorManager(settings).run(once=True)
+        run_id = harness.trigger(dag_id)
+        check = harness.deadline(180)
+        Scheduler(settings, only_runs={run_id}, on_loop=on_loop).run(until=lambda: check(run_id))
+        return run_id, harness.task_instances(run_id)
+
+    run_dag.env = {"SPAWNFLOW__" + k.upper().replace(".", "__"): v for k, v in values.items()}
+    return run_dag
+
+
+def rows(run_id: int) -> dict[tuple[str, str], XCom]:
+    tis = {ti.id: ti.task_id for ti in harness.task_instances(run_id).values()}
+    with orm.session_scope() as session:
+        found = session.scalars(select(XCom).where(XCom.task_instance_id.in_(tis))).all()
+    return {(tis[row.task_instance_id], row.key): row for row in found}
+
+
+def helper_pids(ti) -> list[int]:
+    """The XCom helpers a try's supervisor started, from the try's log."""
+    log = Path(ti_log(ti)).read_text().splitlines()
+    events = [json.loads(line) for line in log]
+    return [e["helper_pid"] for e in events if e.get("event") == "xcom helper started"]
+
+
+def ti_log(ti) -> str:
+    from spawnflow.bootstrap import settings as settings_module
+    from spawnflow.services.runs import log_path
+
+    path, _ = log_path(settings_module.current(), ti.dag_id, _run_name(ti), ti.task_id, None)
+    return str(path)
+
+
+def _run_name(ti) -> str:
+    from spawnflow.models.run import DagRun
+
+    with orm.session_scope() as session:
+        return session.get(DagRun, ti.dag_run_id).run_id
+
+
+def test_values_go_through_the_helper_to_object_storage_and_back(xcom_run, tmp_path):
+    run_id, tis = xcom_run("passing")
+    assert {t: ti.state for t, ti in tis.items()} == {"produce": "success", "consume": "success"}
+    stored = rows(run_id)
+    produce = stored[("produce", "return_value")]
+    assert produce.value is None
+    assert produce.reference.startswith((tmp_path / "xcoms").as_uri() + "/passing/")
+    assert list((tmp_path / "xcoms").rglob("return_value-*.json"))
+    # The worker never loaded the backend's module; each task's helper did (the
+    # module leaves a mark per importing process, see tests/fixtures/xcom_backends.py).
+    marks = tmp_path / "xcoms" / "import-marks"
+    for ti in tis.values():
+        pids = helper_pids(ti)
+        assert len(pids) == 1
+        assert (marks / str(pids[0])).exists()
+        assert not (marks / str(ti.worker_pid)).exists()
+    assert harness.task_instances(run_id)["consume"].state == "success"
+
+
+def test_the_threshold_keeps_small_values_in_the_database(xcom_run, tmp_path):
+    run_id, tis = xcom_run("passing", **{"xcom.objectstorage_threshold": "1000"})
+    assert all(ti.state == "success" for ti in tis.values())
+    stored = rows(run_id)
+    assert stored[("consume", "return_value")].reference is None  # "50": 2 bytes
+    assert stored[("consume", "return_value")].value == "50"
+    assert stored[("produce", "return_value")].reference is not None  # over 2000 bytes
+
+
+def test_tasks_on_the_default_backend_start_no_helper(xcom_run):
+    run_id, tis = xcom_run("passing", backend="database")
+    assert all(ti.state == "success" for ti in tis.values())
+    assert all(row.reference is None for row in rows(run_id).values())
+    assert [helper_pids(ti) for ti in tis.values()] == [[], []]
+
+
+def test_overlapping_pushes_of_an_async_task_each_get_their_own_answer(xcom_run):
+    run_id, tis = xcom_run("overlapping")
+    assert {t: ti.state for t, ti in tis.items()} == {"several": "success", "read_them": "success"}
+    stored = rows(run_id)
+    for n in range(3):
+        assert f"/slow_{n}-" in stored[("several", f"slow_{n}")].reference
+    from spawnflow.sdk import xcom as codec
+    from spawnflow.services.xcoms import list_xcoms
+
+    run_name = _run_name(tis["read_them"])
+    entries = list_xcoms(harness_settings(), "overlapping", run_name, "read_them")
+    assert [codec.encode(e.value) for e in entries] == ['[0,1,2,"f"]']
+
+
+def harness_settings():
+    from spawnflow.bootstrap import settings as settings_module
+
+    return settings_module.current()
+
+
+def test_a_value_the_backend_cannot_store_fails_the_task_and_leaves_no_row(xcom_run):
+    run_id, tis = xcom_run("refused")
+    assert tis["refuse"].state == "failed"
+    assert "could not store XCom 'refuse' of task 'refuse'" in tis["refuse"].reason
+    assert "refuses the key 'refuse' on purpose" in tis["refuse"].reason
+    assert rows(run_id) == {}
+
+
+def test_a_stored_object_deleted_behind_its_back_fails_the_pull_clearly(xcom_run, tmp_path):
+    def delete_then_open_the_gate(_summary) -> None:
+        if (tmp_path / "gate").exists():
+            return
+        with orm.session_scope() as session:
+            row = session.scalars(select(XCom).where(XCom.key == "return_value")).first()
+        if row is not None:
+            for found in (tmp_path / "xcoms").rglob("return_value-*"):
+                found.unlink()
+            (tmp_path / "gate").write_text("open")
+
+    _run_id, tis = xcom_run("lost", on_loop=delete_then_open_the_gate)
+    assert tis["keep"].state == "success"
+    assert tis["use_later"].state == "failed"
+    assert "which no longer exists" in tis["use_later"].reason
+    assert "could not load XCom 'return_value' of task 'keep'" in tis["use_later"].reason
+
+
+def test_clearing_a_task_purges_its_stored_objects(xcom_run, tmp_path):
+    run_id, tis = xcom_run("passing")
+    run_name = _run_name(tis["produce"])
+    assert len(list((tmp_path / "xcoms").rglob("*.json"))) == 2
+    cleared = run_service.clear("passing", run_name, ["produce"])
+    assert cleared.purge_failures == []
+    left = [p.name for p in (tmp_path / "xcoms").rglob("*.json")]
+    assert len(left) == 1  # consume's value stays
+    assert ("produce", "return_value") not in rows(run_id)
+
+
+def test_xcom_list_and_get_show_resolved_values_and_where_they_are_kept(xcom_run, tmp_path):
+    _run_id, tis = xcom_run("passing", **{"xcom.objectstorage_threshold": "1000"})
+    env = {**xcom_run.env, "SPAWNFLOW__CORE__XCOM_BACKEND": MISBEHAVING,
+           "SPAWNFLOW__XCOM__OBJECTSTORAGE_THRESHOLD": "1000"}  # fmt: skip
+    run_name = _run_name(tis["produce"])
+    listed = run("xcom", "list", "passing", run_name, env=env)
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    produce = next(line for line in lines if line.startswith("produce"))
+    assert (tmp_path / "xcoms").as_uri() in produce
+    assert "{'rows': [0, 1, 2" in produce
+    consume = next(line for line in lines if line.startswith("consume"))
+    assert "database" in consume
+    assert consume.rstrip().endswith("50")
+
+    got = run("xcom", "get", "passing", run_name, "produce", env=env)
+    assert got.exit_code == 0, got.output
+    assert got.stdout.splitlines()[0].startswith("stored in: " + (tmp_path / "xcoms").as_uri())
+    assert "'name': 'xxxx" in got.stdout
+
+    missing = run("xcom", "get", "passing", run_name, "produce", "nope", env=env)
+    assert_user_error(missing, "has no XCom 'nope'")
+
+
+def test_a_backend_that_cannot_load_stops_the_scheduler_at_start_up(xcom_run, make_settings):
+    from spawnflow import xcoms
+
+    with pytest.raises(xcoms.BackendError, match="module 'no_such_backend_module'"):
+        xcom_run("passing", backend="no_such_backend_module:Backend")
+
+
+def test_a_backend_whose_class_says_in_helper_false_runs_in_the_worker(xcom_run, tmp_path):
+    run_id, tis = xcom_run("passing", backend="tests.fixtures.xcom_backends:RunsInWorker")
+    assert all(ti.state == "success" for ti in tis.values())
+    assert [helper_pids(ti) for ti in tis.values()] == [[], []]
+    assert all(row.reference is None for row in rows(run_id).values())
+    marks = tmp_path / "xcoms" / "import-marks"
+    assert all((marks / str(ti.worker_pid)).exists() for ti in tis.values())
