@@ -69,6 +69,7 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 def _register() -> None:
     from spawnflow.commands import (
         config,
+        connections,
         dag_processor,
         dags,
         db,
@@ -92,6 +93,7 @@ def _register() -> None:
     cli.add_command(runs.runs_group)
     cli.add_command(tasks.tasks_group)
     cli.add_command(variables.variables_group)
+    cli.add_command(connections.connections_group)
     cli.add_command(xcom.xcom_group)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from spawnflow.bootstrap.wire import Message, Request, Response
+from spawnflow.sdk.connections import Connection
 
 
 class Workload(msgspec.Struct, frozen=True):
@@ -77,6 +78,15 @@ class GetVariable(Request):
 
 class VariableValue(Response):
     value: str | None
+
+
+class GetConnection(Request):
+    conn_id: str
+
+
+class ConnectionValue(Response):
+    #: None if there is no such Connection.
+    connection: Connection | None
 
 
 class TaskOutcome(Message):

@@ -114,3 +114,21 @@ class Variable(Base):
     key: Mapped[str] = mapped_column(Identifier, primary_key=True)
     value: Mapped[str] = mapped_column(LongText)
     description: Mapped[str | None] = mapped_column(Text)
+
+
+class Connection(Base):
+    """How to reach an external system (``spawnflow connections``), read by tasks and
+    XCom backends through their supervisor."""
+
+    __tablename__ = "connection"
+
+    conn_id: Mapped[str] = mapped_column(Identifier, primary_key=True)
+    conn_type: Mapped[str] = mapped_column(String(100))
+    host: Mapped[str | None] = mapped_column(Text)
+    port: Mapped[int | None] = mapped_column(Integer)
+    login: Mapped[str | None] = mapped_column(Text)
+    password: Mapped[str | None] = mapped_column(Text)
+    schema: Mapped[str | None] = mapped_column(Text)
+    #: A JSON object of further options.
+    extra: Mapped[str | None] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(Text)

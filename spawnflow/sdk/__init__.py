@@ -1,5 +1,6 @@
 """What Dag authors import: ``from spawnflow import Dag, dag, task, CommandTask``."""
 
+from spawnflow.sdk.connections import Connection
 from spawnflow.sdk.dags import Dag, dag
 from spawnflow.sdk.runtime import (
     Variable,
@@ -22,6 +23,7 @@ from spawnflow.sdk.xcom_backend import XComBackend, XComRef
 
 __all__ = [
     "CommandTask",
+    "Connection",
     "Dag",
     "DagDefinitionError",
     "PythonTask",

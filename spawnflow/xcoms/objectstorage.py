@@ -41,6 +41,7 @@ class ObjectStorageBackend(XComBackend):
         self.base = path
         self.threshold = settings.xcom.objectstorage_threshold
         self.gzip = settings.xcom.objectstorage_compression == "gzip"
+        self._folders: set[str] = set()
         try:
             options = dict(settings.xcom.objectstorage_options)
             self.fs, self.root = fsspec.core.url_to_fs(path, **options)
@@ -66,7 +67,9 @@ class ObjectStorageBackend(XComBackend):
         name += GZIP_SUFFIX if self.gzip else ".json"
         folder = "/".join(quote(part, safe="") for part in (ref.dag_id, ref.run_id, ref.task_id))
         relative = f"{folder}/{name}"
-        self.fs.makedirs(f"{self.root}/{folder}", exist_ok=True)
+        if folder not in self._folders:  # once per task, not once per value
+            self.fs.makedirs(f"{self.root}/{folder}", exist_ok=True)
+            self._folders.add(folder)
         self.fs.pipe_file(f"{self.root}/{relative}", data)
         return f"{self.base}/{relative}"
 

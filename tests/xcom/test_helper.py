@@ -211,3 +211,16 @@ def test_values_round_trip_through_s3_on_loopback(helper_settings, helpers, s3_e
     assert loaded.value == '{"big": "' + "y" * 10_000 + '"}'
     helper.call(lambda id: PurgeXCom(id=id, ref=ref("k"), reference=stored.reference))
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == 0
+
+
+def test_the_helper_reads_connections_through_its_parent(helper_settings, helpers):
+    from spawnflow.comms.tasks import ConnectionValue, GetConnection
+    from spawnflow.sdk import Connection
+
+    def answer(request: wire.Request) -> wire.Response:
+        assert isinstance(request, GetConnection)
+        found = Connection(conn_id=request.conn_id, conn_type="fs", schema="folder_from_conn")
+        return ConnectionValue(id=request.id, connection=found)
+
+    helper = helpers(helper_settings(backend=MISBEHAVING), answer_request=answer)
+    assert "/folder_from_conn/" in helper.call(store("with_connection")).reference

@@ -24,7 +24,7 @@ MISBEHAVING = "tests.fixtures.xcom_backends:MisbehavingBackend"
 DAGS = """
 import asyncio, time
 from pathlib import Path
-from spawnflow import Dag, task, xcom_pull, xcom_push, xcom_push_async
+from spawnflow import Connection, Dag, task, xcom_pull, xcom_push, xcom_push_async
 
 GATE = Path({gate!r})
 
@@ -63,6 +63,16 @@ with Dag("refused"):
     refuse()
 
 
+with Dag("connected"):
+    @task
+    def read_connection():
+        warehouse = Connection.get("xcom_store")
+        xcom_push("with_connection", warehouse.host)  # the backend reads it too
+        return [warehouse.conn_type, warehouse.host, warehouse.port, warehouse.extra]
+
+    read_connection()
+
+
 with Dag("lost"):
     @task
     def keep():
@@ -93,10 +103,13 @@ def xcom_run(start_method, make_settings, tmp_path):
         "scheduler.loop_interval": "0.1", "xcom.objectstorage_path": (tmp_path / "xcoms").as_uri(),
     }  # fmt: skip
 
-    def run_dag(dag_id: str, backend: str = MISBEHAVING, on_loop=None, **extra) -> tuple:
+    def run_dag(dag_id: str, backend: str = MISBEHAVING, on_loop=None, before=None,
+                **extra) -> tuple:  # fmt: skip
         settings = make_settings(**{**values, "core.xcom_backend": backend, **extra})
         schema.migrate(url)
         DagFileProcessorManager(settings).run(once=True)
+        if before is not None:
+            before()
         run_id = harness.trigger(dag_id)
         check = harness.deadline(180)
         Scheduler(settings, only_runs={run_id}, on_loop=on_loop).run(until=lambda: check(run_id))
@@ -265,3 +278,25 @@ def test_a_backend_whose_class_says_in_helper_false_runs_in_the_worker(xcom_run,
     assert all(row.reference is None for row in rows(run_id).values())
     marks = tmp_path / "xcoms" / "import-marks"
     assert all((marks / str(ti.worker_pid)).exists() for ti in tis.values())
+
+
+def test_tasks_and_their_xcom_helper_read_connections_through_the_supervisor(xcom_run):
+    from spawnflow.sdk import Connection
+    from spawnflow.services import connections
+
+    def add() -> None:
+        connections.add_connection(Connection(
+            conn_id="xcom_store", conn_type="s3", host="warehouse.example", port=9000,
+            schema="from_connection", extra={"region": "eu"},
+        ))  # fmt: skip
+
+    run_id, tis = xcom_run("connected", before=add)
+    assert tis["read_connection"].state == "success", tis["read_connection"].reason
+    stored = rows(run_id)
+    assert "/from_connection/" in stored[("read_connection", "with_connection")].reference
+    from spawnflow.services.xcoms import list_xcoms
+
+    values = {e.key: e.value for e in list_xcoms(harness_settings(), "connected",
+                                                   _run_name(tis["read_connection"]))}  # fmt: skip
+    assert values == {"return_value": ["s3", "warehouse.example", 9000, {"region": "eu"}],
+                      "with_connection": "warehouse.example"}  # fmt: skip

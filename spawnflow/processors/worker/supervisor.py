@@ -29,6 +29,8 @@ from spawnflow.bootstrap import launcher, lifecycle, orm, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.tasks import (
+    ConnectionValue,
+    GetConnection,
     GetVariable,
     TaskOutcome,
     VariableValue,
@@ -301,6 +303,10 @@ class TaskSupervisor:
             with orm.session_scope(write=False) as session:
                 value = session.scalar(select(Variable.value).where(Variable.key == request.key))
             return VariableValue(id=request.id, value=value)
+        if isinstance(request, GetConnection):
+            from spawnflow.services.connections import read_connection
+
+            return ConnectionValue(id=request.id, connection=read_connection(request.conn_id))
         return wire.ErrorResponse(
             id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__
         )

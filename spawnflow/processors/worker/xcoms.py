@@ -69,9 +69,9 @@ class XComService:
         if self.runner is None:
             self.reply(self._write(request, None))
             return
-        if not self._running():
-            self.reply(self._not_running(request))
-            return
+        # Whether the try still runs is checked when the row is written: a value stored
+        # for a try that was cleared meanwhile is purged again (rare), which costs less
+        # than one more transaction on every push.
         ref = self._ref(request.key, len(request.value.encode()))
 
         def stored(answer: wire.Response) -> None:
@@ -101,7 +101,7 @@ class XComService:
                 f"[core] max_xcom_size is {limit}",
             )  # fmt: skip
         with orm.session_scope() as session:
-            if not self._running(session, lock=True):
+            if not self._running(session):
                 return self._not_running(request)
             row = session.scalar(select(XCom).where(
                 XCom.task_instance_id == workload.ti_id, XCom.key == request.key
@@ -116,12 +116,10 @@ class XComService:
             self._purge(replaced, self._ref(request.key))
         return Done(id=request.id)
 
-    def _running(self, session: Any = None, *, lock: bool = False) -> bool:
-        if session is None:
-            with orm.session_scope(write=False) as session:
-                return self._running(session)
-        query = select(TaskInstance.id).where(*self.this_try())
-        return session.scalar(query.with_for_update() if lock else query) is not None
+    def _running(self, session: Any) -> bool:
+        """Whether this try still runs; its row is locked until the session ends."""
+        query = select(TaskInstance.id).where(*self.this_try()).with_for_update()
+        return session.scalar(query) is not None
 
     def _not_running(self, request: wire.Request) -> wire.ErrorResponse:
         # Cleared or failed from outside meanwhile: it must not leave values.
