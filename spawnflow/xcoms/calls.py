@@ -33,10 +33,11 @@ Continuation = Callable[[wire.Response], None]
 
 
 class _Call:
-    __slots__ = ("continuation", "make", "request", "sent_at")
+    __slots__ = ("continuation", "make", "outlives_task", "request", "sent_at")
 
-    def __init__(self, make: Callable[[int], wire.Request], continuation: Continuation):
-        self.make, self.continuation = make, continuation
+    def __init__(self, make: Callable[[int], wire.Request], continuation: Continuation,
+                 outlives_task: bool):  # fmt: skip
+        self.make, self.continuation, self.outlives_task = make, continuation, outlives_task
         self.request: wire.Request | None = None
         self.sent_at: float | None = None
 
@@ -69,9 +70,13 @@ class XComHelper:
 
     # -- what the owner calls ---------------------------------------------------------
 
-    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation) -> None:
-        """Queue the call ``make(id)`` builds; ``continuation(response)`` runs when it ends."""
-        self.calls.append(_Call(make, continuation))
+    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation,
+               *, outlives_task: bool = False) -> None:  # fmt: skip
+        """Queue the call ``make(id)`` builds; ``continuation(response)`` runs when it ends.
+
+        ``outlives_task``: worth finishing after the task ended (a purge), see pending().
+        """
+        self.calls.append(_Call(make, continuation, outlives_task))
         if self.child is None:
             self._start()
         else:
@@ -126,8 +131,9 @@ class XComHelper:
                            f"within [xcom] helper_call_timeout ({self.timeout:g} s)")  # fmt: skip
             self.stop(grace=0)
 
-    def pending(self) -> int:
-        return len(self.calls)
+    def pending(self, *, outliving_only: bool = False) -> int:
+        """Calls waiting; with ``outliving_only``, those worth finishing after the task."""
+        return sum(1 for call in self.calls if call.outlives_task or not outliving_only)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the helper; calls still waiting fail."""
@@ -241,7 +247,8 @@ class InProcessBackend:
         self.backend = backend
         self._ids = 0
 
-    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation) -> None:
+    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation,
+               *, outlives_task: bool = False) -> None:  # fmt: skip
         from spawnflow.processors.xcom_helper import answer
 
         self._ids += 1
@@ -261,7 +268,7 @@ class InProcessBackend:
     def service(self) -> None:
         pass
 
-    def pending(self) -> int:
+    def pending(self, *, outliving_only: bool = False) -> int:
         return 0
 
     def stop(self, grace: float | None = None) -> None:

@@ -73,6 +73,23 @@ with Dag("connected"):
     read_connection()
 
 
+with Dag("hanging"):
+    @task(execution_timeout=3)
+    def push_into_a_hanging_backend():
+        xcom_push("hang", 1)
+
+    push_into_a_hanging_backend()
+
+
+with Dag("replacing"):
+    @task
+    def push_twice():
+        xcom_push("twice", "first")
+        xcom_push("twice", "second")
+
+    push_twice()
+
+
 with Dag("lost"):
     @task
     def keep():
@@ -300,3 +317,29 @@ def test_tasks_and_their_xcom_helper_read_connections_through_the_supervisor(xco
                                                    _run_name(tis["read_connection"]))}  # fmt: skip
     assert values == {"return_value": ["s3", "warehouse.example", 9000, {"region": "eu"}],
                       "with_connection": "warehouse.example"}  # fmt: skip
+
+
+def test_the_supervisor_heartbeats_and_enforces_execution_timeout_while_a_call_hangs(xcom_run):
+    import psutil
+
+    # With heartbeats stalled for 2 s the scheduler would fail the task for that
+    # instead; the helper's own timeout (60 s) is far away.
+    _, tis = xcom_run("hanging", **{"scheduler.task_heartbeat_timeout": "2"})
+    ti = tis["push_into_a_hanging_backend"]
+    assert ti.state == "failed"
+    assert ti.reason.startswith("execution_timeout of 3 seconds exceeded"), ti.reason
+    (helper,) = helper_pids(ti)
+    assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == "zombie"
+
+
+def test_a_value_pushed_again_replaces_the_stored_object(xcom_run, tmp_path):
+    run_id, tis = xcom_run("replacing")
+    assert tis["push_twice"].state == "success"
+    objects = list((tmp_path / "xcoms").rglob("twice-*"))
+    assert len(objects) == 1  # the first one was purged once the second row was written
+    assert stored_text(objects[0]) == '"second"'
+    assert rows(run_id)[("push_twice", "twice")].reference.endswith(objects[0].name)
+
+
+def stored_text(path: Path) -> str:
+    return path.read_text()

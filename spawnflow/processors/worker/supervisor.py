@@ -201,10 +201,14 @@ class TaskSupervisor:
         runner = self._xcom_runner(attempt)
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
-            return self._serve_until_done(child, runner, attempt)
-        finally:
+            ended = self._serve_until_done(child, runner, attempt)
+        except BaseException:  # a stop right now: the helper goes too, nothing waits
             if runner is not None:
-                self._finish_xcom_calls(runner)
+                runner.stop(grace=0)
+            raise
+        if runner is not None:
+            self._finish_xcom_calls(runner)
+        return ended
 
     def _serve_until_done(self, child: launcher.Child, runner: Any, attempt: AttemptLog):
         from multiprocess.connection import wait
@@ -340,13 +344,18 @@ class TaskSupervisor:
             return database_error(request, error)
 
     def _finish_xcom_calls(self, runner: Any) -> None:
-        """Let queued calls (purges of replaced values) end, within one call's timeout."""
+        """After the task ended: let purges of replaced values end, for a grace period at
+        most and heartbeating meanwhile; then stop the helper. Calls the task itself
+        waited for have nobody to answer any more and are not waited for."""
         from multiprocess.connection import wait
 
-        ends = time.monotonic() + self.settings.xcom.helper_call_timeout
-        while runner.pending() and time.monotonic() < ends:
-            wait(runner.wait_objects(), timeout=max(0.0, ends - time.monotonic()))
+        grace = min(self.settings.xcom.helper_call_timeout, self.settings.core.stop_grace_period)
+        ends = time.monotonic() + grace
+        interval = self.settings.executor.heartbeat_interval
+        while runner.pending(outliving_only=True) and time.monotonic() < ends:
+            wait(runner.wait_objects(), timeout=max(0.0, min(interval, ends - time.monotonic())))
             runner.service()
+            self._heartbeat()
         runner.stop(grace=min(self.settings.core.stop_grace_period, 5.0))
 
     def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:

@@ -139,7 +139,8 @@ class XComService:
                 self.on_event("purging a replaced XCom failed", level="warning",
                               reference=reference, error=answer.message)  # fmt: skip
 
-        self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged)
+        self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged,
+                           outlives_task=True)  # fmt: skip
 
     # -- pull -------------------------------------------------------------------------
 
