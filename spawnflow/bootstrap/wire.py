@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -145,51 +146,66 @@ class Channel:
         meanwhile is kept for :meth:`recv`. An ErrorResponse is returned, not raised.
         TimeoutError if no answer comes within ``timeout`` seconds.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._turn:
             self._waiting.add(request.id)
         try:
             self.send(request)
-            while True:
-                with self._turn:
-                    while self._reader_busy and request.id not in self._answers:
-                        if not self._turn.wait(_left(deadline)):
-                            raise TimeoutError(f"no answer within {timeout:g} seconds")
-                    if request.id in self._answers:
-                        return self._answers.pop(request.id)
-                    self._reader_busy = True
-                try:
-                    message = self._read(_left(deadline))
-                except BaseException:
-                    with self._turn:
-                        self._reader_busy = False
-                        self._turn.notify_all()
-                    raise
-                with self._turn:
-                    # Filed before the next reader may start, so no answer is missed.
-                    self._reader_busy = False
-                    self._turn.notify_all()
-                    if isinstance(message, Response) and message.id == request.id:
-                        return message
-                    if isinstance(message, Response) and message.id in self._waiting:
-                        self._answers[message.id] = message  # another caller's
-                    else:
-                        self._early.append(message)
+            found = self._take(lambda: self._answers.pop(request.id, None), timeout)
+            if found is None:
+                raise TimeoutError(f"no answer within {timeout:g} seconds")
+            return found
         finally:
             with self._turn:
                 self._waiting.discard(request.id)
+                self._answers.pop(request.id, None)
 
     def poll(self, timeout: float | None = 0.0) -> bool:
         return bool(self._early) or self.connection.poll(timeout)
 
     def recv(self, timeout: float | None = None) -> Message:
-        """The next message; TimeoutError if none arrives within ``timeout`` seconds.
-
-        EOFError when the other end closed (its process exited).
+        """The next message that no :meth:`call` waits for; TimeoutError if none arrives
+        within ``timeout`` seconds. EOFError when the other end closed (its process exited).
         """
-        if self._early:
-            return self._early.pop(0)
-        return self._read(timeout)
+        found = self._take(lambda: self._early.pop(0) if self._early else None, timeout)
+        if found is None:
+            raise TimeoutError(f"no message within {timeout:g} seconds")
+        return found
+
+    def _take(self, pick: Callable[[], Message | None], timeout: float | None) -> Message | None:
+        """Wait until ``pick()`` (called under the lock) finds something; None on timeout.
+
+        One thread at a time reads the connection and files each message where it
+        belongs: a response to a waiting call by its id, anything else for recv().
+        The others wait on the condition and look again after every message.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            reading = False
+            message: Message | None = None
+            try:
+                with self._turn:
+                    while (found := pick()) is None and self._reader_busy:
+                        if not self._turn.wait(_left(deadline)):
+                            return pick()  # filed just before the time ran out, or None
+                    if found is not None:
+                        return found
+                    reading = True
+                    self._reader_busy = True
+                message = self._read(_left(deadline))
+            except TimeoutError:
+                if not reading:
+                    raise
+                return None
+            finally:
+                if reading:
+                    with self._turn:
+                        # Filed before the next reader may start, so nothing is missed.
+                        if isinstance(message, Response) and message.id in self._waiting:
+                            self._answers[message.id] = message
+                        elif message is not None:
+                            self._early.append(message)
+                        self._reader_busy = False
+                        self._turn.notify_all()
 
     def _read(self, timeout: float | None) -> Message:
         if timeout is not None and not self.connection.poll(timeout):

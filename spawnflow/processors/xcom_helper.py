@@ -61,7 +61,14 @@ def serve(channel: wire.Channel, *, describe_only: bool = False,
         except EOFError:
             return  # our supervisor is done with us
         if isinstance(request, wire.Request):
-            channel.send(answer(backend, request))
+            response = answer(backend, request)
+            try:
+                channel.send(response)
+            except (TypeError, ValueError, OverflowError) as error:  # msgspec cannot encode it
+                channel.send(wire.ErrorResponse(
+                    id=request.id, kind=BACKEND_ERROR,
+                    message=f"the XCom backend's answer cannot be sent: {_describe(error)}",
+                ))  # fmt: skip
 
 
 def answer(backend: Any, request: wire.Request) -> wire.Response:
@@ -75,7 +82,10 @@ def answer(backend: Any, request: wire.Request) -> wire.Response:
             return XComStored(id=request.id, reference=reference)
         if isinstance(request, LoadXCom):
             data = backend.load(request.reference, ref=request.ref)
-            return XComLoaded(id=request.id, value=backend.deserialize(data, ref=request.ref))
+            text = backend.deserialize(data, ref=request.ref)
+            if not isinstance(text, str):
+                raise TypeError(f"deserialize() returned a {type(text).__name__}, not a str")
+            return XComLoaded(id=request.id, value=text)
         if isinstance(request, PurgeXCom):
             backend.purge(request.reference, ref=request.ref)
             return Done(id=request.id)

@@ -7,6 +7,7 @@ request its supervisor answers.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 _channel = None
@@ -26,6 +27,16 @@ class SupervisorError(RuntimeError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def _forget_in_fork_child() -> None:
+    # A process the task forks must not use its parent's pipe to the supervisor (nor
+    # a lock another thread held at the fork): there, these calls raise NotInTask.
+    global _channel, _context
+    _channel, _context = None, None
+
+
+os.register_at_fork(after_in_child=_forget_in_fork_child)
 
 
 def install(channel: Any, context: dict[str, Any]) -> None:

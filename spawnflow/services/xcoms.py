@@ -109,9 +109,11 @@ def stored_values(session: Any, run: DagRun, ti: TaskInstance) -> list[tuple[XCo
 
 
 def _helper(settings: Settings):
+    from spawnflow.processors.worker.xcoms import answer_lookup
     from spawnflow.xcoms.calls import XComHelper
 
-    return XComHelper(settings)
+    # A backend reading Variables or Connections asks us: we may open the database.
+    return XComHelper(settings, answer_request=answer_lookup)
 
 
 def _decoded(entry: XComEntry, text: str | None) -> XComEntry:

@@ -77,10 +77,14 @@ class XComHelper:
         ``outlives_task``: worth finishing after the task ended (a purge), see pending().
         """
         self.calls.append(_Call(make, continuation, outlives_task))
-        if self.child is None:
-            self._start()
-        else:
+        if self.child is not None:
             self._send_head()
+            return
+        try:
+            self._start()
+        except Exception as error:  # noqa: BLE001 - no helper: the calls fail, typed
+            self._fail_all(BACKEND_ERROR, f"the XCom helper could not be started: "
+                           f"{type(error).__name__}: {error}")  # fmt: skip
 
     def call(self, make: Callable[[int], wire.Request]) -> wire.Response:
         """Make one call and wait for its answer (for commands; supervisors use submit)."""
@@ -113,14 +117,20 @@ class XComHelper:
         if child is None:
             return
         try:
-            while child.channel.poll():
+            while self.child is child and child.channel.poll():
                 if not self._read(child):
                     return
         except (EOFError, OSError):
-            self._lost(None)
+            self._lost(child, None)
             return
+        except wire.ProtocolError as error:  # it sent what we cannot read: unusable
+            self._lost(child, f"the XCom helper (pid {child.pid}) sent a message that cannot "
+                       f"be read ({error})")  # fmt: skip
+            return
+        if self.child is not child:
+            return  # a continuation replaced or stopped it meanwhile
         if not child.is_alive():
-            self._lost(None)
+            self._lost(child, None)
             return
         head = self.calls[0] if self.calls else None
         now = time.monotonic()
@@ -165,7 +175,7 @@ class XComHelper:
             try:
                 child.wait_ready(timeout=0)
             except ChildBootError as error:
-                self._lost(str(error))
+                self._lost(child, str(error))
                 return False
             return True
         message = child.channel.recv()
@@ -180,7 +190,7 @@ class XComHelper:
             head = self.calls[0] if self.calls else None
             if head is not None and head.request is not None and head.request.id == message.id:
                 self.calls.popleft()
-                head.continuation(message)
+                self._settle(head, message)
                 self._send_head()
         elif isinstance(message, wire.Request):
             child.channel.send(self._answer_for_helper(message))
@@ -192,7 +202,13 @@ class XComHelper:
                 id=request.id, kind="UNKNOWN_REQUEST",
                 message=f"{type(request).__name__} cannot be answered here",
             )  # fmt: skip
-        return self.answer_request(request)
+        try:
+            return self.answer_request(request)
+        except Exception as error:  # noqa: BLE001 - the helper gets a typed answer instead
+            return wire.ErrorResponse(
+                id=request.id, kind="LOOKUP_FAILED",
+                message=f"{type(request).__name__} failed: {type(error).__name__}: {error}",
+            )  # fmt: skip
 
     def _send_head(self) -> None:
         if not self._described or not self.calls or self.child is None:
@@ -205,7 +221,7 @@ class XComHelper:
         try:
             self.child.channel.send(head.request)
         except OSError:
-            self._lost(None)
+            self._lost(self.child, None)
 
     def _timed_out(self, head: _Call) -> None:
         child = self.child
@@ -215,21 +231,22 @@ class XComHelper:
             self.on_event("xcom helper killed: a call timed out", level="warning",
                           helper_pid=child.pid, helper_call_timeout=self.timeout)  # fmt: skip
         self.calls.popleft()
-        head.continuation(wire.ErrorResponse(
+        self._settle(head, wire.ErrorResponse(
             id=head.request.id, kind=BACKEND_TIMEOUT,
             message=f"the XCom backend call {type(head.request).__name__} took more than "
             f"[xcom] helper_call_timeout ({self.timeout:g} s); its helper process was killed",
         ))  # fmt: skip
         self._fail_all(BACKEND_ERROR, "its XCom helper was killed after an earlier call timed out")
 
-    def _lost(self, why: str | None) -> None:
-        child = self.child
+    def _lost(self, child: launcher.Child, why: str | None) -> None:
+        """``child`` died or became unusable: make sure it is gone, fail what waited."""
+        if self.child is not child:
+            return  # already replaced
         self.child = None
-        if child is None:
-            return
+        status = child.stop(grace=0)  # reaps it; kills it first if it still runs
         if why is None:
-            status = child.join(timeout=30)
-            why = f"the XCom helper (pid {child.pid}) ended ({status.describe(meaning=False)})"
+            how = status.describe(meaning=False) if status is not None else "stopped answering"
+            why = f"the XCom helper (pid {child.pid}) ended ({how})"
         self.on_event("xcom helper lost", level="warning", helper_pid=child.pid, reason=why)
         self._fail_all(BACKEND_ERROR, f"{why} while the call waited for it")
 
@@ -237,7 +254,15 @@ class XComHelper:
         while self.calls:
             call = self.calls.popleft()
             request_id = call.request.id if call.request is not None else 0
-            call.continuation(wire.ErrorResponse(id=request_id, kind=kind, message=message))
+            self._settle(call, wire.ErrorResponse(id=request_id, kind=kind, message=message))
+
+    def _settle(self, call: _Call, response: wire.Response) -> None:
+        """Run a call's continuation; its failure is logged, never lets the loop die."""
+        try:
+            call.continuation(response)
+        except Exception as error:  # noqa: BLE001 - the owner's wait loop must go on
+            self.on_event("an XCom call's continuation failed", level="error",
+                          error=f"{type(error).__name__}: {error}")  # fmt: skip
 
 
 class InProcessBackend:

@@ -1,7 +1,8 @@
 """The ``objectstorage`` XCom backend: values as objects under an fsspec URL.
 
-``[xcom] objectstorage_path`` names the place (``file://``, ``memory://``,
-``s3://bucket/prefix`` with s3fs, or any other fsspec protocol); values whose JSON
+``[xcom] objectstorage_path`` names the place (``file://``, ``s3://bucket/prefix`` with
+s3fs, or any other fsspec protocol; ``memory://`` lives in one helper process, so its
+values last only as long as one task's helper: for trying things out); values whose JSON
 text is smaller than ``[xcom] objectstorage_threshold`` bytes stay in the database;
 ``[xcom] objectstorage_compression = gzip`` compresses what is written. An object's
 name says whether it is compressed, so changing the setting never breaks what is
@@ -16,6 +17,7 @@ loop thread, neither of which may live in a process that forks task processes.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -63,9 +65,9 @@ class ObjectStorageBackend(XComBackend):
     def store(self, data: bytes, *, ref: XComRef) -> str | None:
         if ref.size < self.threshold:
             return None
-        name = f"{quote(ref.key, safe='')}-{uuid.uuid4().hex}"
+        name = f"{_file_safe(ref.key)}-{uuid.uuid4().hex}"
         name += GZIP_SUFFIX if self.gzip else ".json"
-        folder = "/".join(quote(part, safe="") for part in (ref.dag_id, ref.run_id, ref.task_id))
+        folder = "/".join(_file_safe(part) for part in (ref.dag_id, ref.run_id, ref.task_id))
         relative = f"{folder}/{name}"
         if folder not in self._folders:  # once per task, not once per value
             self.fs.makedirs(f"{self.root}/{folder}", exist_ok=True)
@@ -95,3 +97,12 @@ class ObjectStorageBackend(XComBackend):
                 "it was stored with another setting"
             )
         return f"{self.root}/{reference[len(self.base) + 1 :]}"
+
+
+def _file_safe(part: str, longest: int = 120) -> str:
+    """``part`` quoted for an object name; a long one is cut and made unique by a hash,
+    so that the name stays within the 255 bytes local file systems allow."""
+    quoted = quote(part, safe="")
+    if len(quoted) <= longest:
+        return quoted
+    return f"{quoted[: longest - 17]}~{hashlib.sha256(part.encode()).hexdigest()[:16]}"

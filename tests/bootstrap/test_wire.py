@@ -66,3 +66,36 @@ def test_call_matches_the_answer_by_id_and_keeps_what_came_first(channels):
     assert child.recv(timeout=5) == second
     assert parent.poll()
     assert parent.recv(timeout=5) == Echoed(id=first.id, payload="early")
+
+
+def test_calls_from_several_threads_each_get_their_own_answer(channels):
+    """Answers come back in reverse order, with an unrequested message between them."""
+    import threading
+
+    caller, peer = channels
+    results: dict[int, object] = {}
+    threads = [
+        threading.Thread(target=lambda n=n: results.update(
+            {n: caller.call(Echo(id=caller.next_id(), payload=n), timeout=30)}))
+        for n in range(3)
+    ]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    requests = [peer.recv(timeout=30) for _ in threads]
+    peer.send(wire.Ready(pid=1, role="r", method="spawn", boot_seconds=0.1))
+    for request in reversed(requests):
+        peer.send(Echoed(id=request.id, payload=request.payload))
+    for thread in threads:
+        thread.join(timeout=30)
+    assert {n: answer.payload for n, answer in results.items()} == {0: 0, 1: 1, 2: 2}
+    assert all(answer.id != 0 for answer in results.values())
+    assert isinstance(caller.recv(timeout=5), wire.Ready)  # kept for recv(), not lost
+
+
+def test_a_call_that_times_out_leaves_no_answer_behind(channels):
+    caller, peer = channels
+    with pytest.raises(TimeoutError):
+        caller.call(Echo(id=caller.next_id(), payload="late"), timeout=0.2)
+    request = peer.recv(timeout=5)
+    peer.send(Echoed(id=request.id, payload="late"))
+    assert caller.recv(timeout=5) == Echoed(id=request.id, payload="late")

@@ -224,3 +224,13 @@ def test_the_helper_reads_connections_through_its_parent(helper_settings, helper
 
     helper = helpers(helper_settings(backend=MISBEHAVING), answer_request=answer)
     assert "/folder_from_conn/" in helper.call(store("with_connection")).reference
+
+
+def test_a_backend_answer_of_the_wrong_type_fails_the_call_not_the_caller(helper_settings, helpers):
+    helper = helpers(helper_settings(backend="tests.fixtures.xcom_backends:ReturnsBytes"))
+    stored = helper.call(store("k"))
+    loaded = helper.call(lambda id: LoadXCom(id=id, ref=ref("k"), reference=stored.reference))
+    assert loaded.kind == BACKEND_ERROR
+    assert "deserialize() returned a bytes, not a str" in loaded.message
+    assert isinstance(helper.call(store("after")), XComStored)
+    assert helper.started == 1

@@ -103,3 +103,17 @@ def test_a_malformed_backend_name_is_refused_when_settings_load(make_settings, v
 
     with pytest.raises(SettingsError, match=r"\[core\] xcom_backend is .* but it must be"):
         make_settings(**{"core.xcom_backend": value})
+
+
+@pytest.mark.parametrize("key", ["k" * 250, "数据" * 60])
+def test_long_and_non_ascii_keys_make_object_names_a_file_system_accepts(
+    make_settings, tmp_path, key
+):
+    store = backend(make_settings, (tmp_path / "x").as_uri())
+    ref = XComRef(REF.dag_id, REF.run_id, REF.task_id, key, len(TEXT))
+    reference = store.store(store.serialize(TEXT, ref=ref), ref=ref)
+    assert store.deserialize(store.load(reference, ref=ref), ref=ref) == TEXT
+    other = XComRef(REF.dag_id, REF.run_id, REF.task_id, key[:-1] + "x", len(TEXT))
+    assert (
+        reference.rsplit("/", 1)[1][:130] != store.store(b"{}", ref=other).rsplit("/", 1)[1][:130]
+    )

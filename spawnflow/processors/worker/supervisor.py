@@ -23,23 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import exc, select, update
+from sqlalchemy import exc, update
 
 from spawnflow.bootstrap import launcher, lifecycle, orm, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
-from spawnflow.comms.tasks import (
-    ConnectionValue,
-    GetConnection,
-    GetVariable,
-    TaskOutcome,
-    VariableValue,
-    Workload,
-    XComPull,
-    XComPush,
-)
-from spawnflow.models.run import TaskInstance, TaskState, Variable
-from spawnflow.processors.worker.xcoms import XComService, database_error
+from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.models.run import TaskInstance, TaskState
+from spawnflow.processors.worker.xcoms import XComService, answer_lookup, database_error
 from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import runner_for
 
@@ -196,9 +187,14 @@ class TaskSupervisor:
             log_file=Path(self.workload.log_file), capture_output=True,
             kill_with_parent=True,  # user code must not outlive a worker that died
         )  # fmt: skip
+        try:
+            runner = self._xcom_runner(attempt)
+        except Exception as error:  # noqa: BLE001 - an in-worker backend failed to load
+            reason = f"the XCom backend could not be loaded: {type(error).__name__}: {error}"
+            attempt.event("task not started", level="error", reason=reason)
+            return None, None, reason
         child = launcher.launch(spec, method=self.method, component="executor")
         self._set_task_pid(child.pid)
-        runner = self._xcom_runner(attempt)
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
             ended = self._serve_until_done(child, runner, attempt)
@@ -206,6 +202,8 @@ class TaskSupervisor:
             if runner is not None:
                 runner.stop(grace=0)
             raise
+        if self.xcom_service is not None:
+            self.xcom_service.task_ended = True
         if runner is not None:
             self._finish_xcom_calls(runner)
         return ended
@@ -303,17 +301,7 @@ class TaskSupervisor:
 
     def _answer(self, request: wire.Request) -> wire.Response:
         """Answer a request of the task process (or of its XCom helper) from the database."""
-        if isinstance(request, GetVariable):
-            with orm.session_scope(write=False) as session:
-                value = session.scalar(select(Variable.value).where(Variable.key == request.key))
-            return VariableValue(id=request.id, value=value)
-        if isinstance(request, GetConnection):
-            from spawnflow.services.connections import read_connection
-
-            return ConnectionValue(id=request.id, connection=read_connection(request.conn_id))
-        return wire.ErrorResponse(
-            id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__
-        )
+        return answer_lookup(request)
 
     # -- XComs ------------------------------------------------------------------------
 
@@ -342,21 +330,28 @@ class TaskSupervisor:
             return self._answer(request)
         except exc.SQLAlchemyError as error:
             return database_error(request, error)
+        except Exception as error:  # noqa: BLE001 - a typed answer, never a dead loop
+            return wire.ErrorResponse(
+                id=request.id, kind="LOOKUP_FAILED",
+                message=f"{type(request).__name__} failed: {type(error).__name__}: {error}",
+            )  # fmt: skip
 
     def _finish_xcom_calls(self, runner: Any) -> None:
-        """After the task ended: let purges of replaced values end, for a grace period at
-        most and heartbeating meanwhile; then stop the helper. Calls the task itself
-        waited for have nobody to answer any more and are not waited for."""
+        """After the task ended: let the calls still queued end (a store in flight is
+        purged again, replaced values are purged), within a grace period and
+        heartbeating meanwhile; then stop the helper. A warm stop does not wait."""
         from multiprocess.connection import wait
 
         grace = min(self.settings.xcom.helper_call_timeout, self.settings.core.stop_grace_period)
+        if lifecycle.stop_requested.is_set():
+            grace = 0.0  # the scheduler's grace period is spent already
         ends = time.monotonic() + grace
         interval = self.settings.executor.heartbeat_interval
-        while runner.pending(outliving_only=True) and time.monotonic() < ends:
+        while runner.pending() and time.monotonic() < ends:
             wait(runner.wait_objects(), timeout=max(0.0, min(interval, ends - time.monotonic())))
             runner.service()
             self._heartbeat()
-        runner.stop(grace=min(self.settings.core.stop_grace_period, 5.0))
+        runner.stop(grace=0 if grace == 0 else min(self.settings.core.stop_grace_period, 5.0))
 
     def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
         attempt.event("execution_timeout passed: stopping the task", level="error",

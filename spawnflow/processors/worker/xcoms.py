@@ -18,7 +18,7 @@ from spawnflow.bootstrap import orm, wire
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom
-from spawnflow.models.run import DagRun, TaskInstance, XCom
+from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 from spawnflow.sdk.xcom_backend import XComRef
 from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import BACKEND_ERROR
@@ -44,6 +44,9 @@ class XComService:
         #: What runs the backend's calls (None for the database backend).
         self.runner = runner
         self.this_try, self.reply, self.on_event = this_try, reply, on_event
+        #: Set once the task process is gone: a value stored after that has nobody to
+        #: acknowledge it, so it is purged rather than written.
+        self.task_ended = False
 
     def handle(self, request: XComPush | XComPull) -> None:
         """Answer ``request`` now or, when the backend must be asked, once it answered."""
@@ -54,6 +57,12 @@ class XComService:
                 self._pull(request)
         except exc.SQLAlchemyError as error:
             self.reply(database_error(request, error))
+        except Exception as error:  # noqa: BLE001 - the task gets a typed answer, always
+            self.reply(wire.ErrorResponse(
+                id=request.id, kind="SUPERVISOR_ERROR",
+                message=f"the supervisor could not answer {type(request).__name__}: "
+                f"{type(error).__name__}: {error}",
+            ))  # fmt: skip
 
     # -- push -------------------------------------------------------------------------
 
@@ -78,6 +87,10 @@ class XComService:
             if isinstance(answer, wire.ErrorResponse):
                 self.reply(wire.ErrorResponse(id=request.id, kind=answer.kind,
                                               message=answer.message))  # fmt: skip
+                return
+            if self.task_ended:  # nobody waits for it: it must not stay behind
+                if answer.reference is not None:
+                    self._purge(answer.reference, ref)
                 return
             try:
                 response = self._write(request, answer.reference)
@@ -128,15 +141,19 @@ class XComService:
             message=f"task {self.workload.task_id!r} is no longer running this try",
         )  # fmt: skip
 
-    def _purge(self, reference: str, ref: XComRef) -> None:
+    def _purge(self, reference: str, ref: XComRef, tries: int = 2) -> None:
         if self.runner is None:
             self.on_event("a replaced XCom's stored value was left in place", level="warning",
                           reference=reference)  # fmt: skip
             return
 
         def purged(answer: wire.Response) -> None:
-            if isinstance(answer, wire.ErrorResponse):
-                self.on_event("purging a replaced XCom failed", level="warning",
+            if not isinstance(answer, wire.ErrorResponse):
+                return
+            if tries > 1:  # its helper may have died under it: once more, on a new one
+                self._purge(reference, ref, tries - 1)
+            else:
+                self.on_event("purging a stored XCom value failed", level="warning",
                               reference=reference, error=answer.message)  # fmt: skip
 
         self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged,
@@ -188,3 +205,19 @@ def database_error(request: wire.Request, error: exc.SQLAlchemyError) -> wire.Er
         message=f"the supervisor could not answer {type(request).__name__}: "
         f"{orm.first_line(getattr(error, 'orig', None) or error)}",
     )  # fmt: skip
+
+
+def answer_lookup(request: wire.Request) -> wire.Response:
+    """Answer a Variable or Connection lookup (of a task or an XCom helper) from the
+    database: the processes that ask never open it."""
+    from spawnflow.comms.tasks import ConnectionValue, GetConnection, GetVariable, VariableValue
+
+    if isinstance(request, GetVariable):
+        with orm.session_scope(write=False) as session:
+            value = session.scalar(select(Variable.value).where(Variable.key == request.key))
+        return VariableValue(id=request.id, value=value)
+    if isinstance(request, GetConnection):
+        from spawnflow.services.connections import read_connection
+
+        return ConnectionValue(id=request.id, connection=read_connection(request.conn_id))
+    return wire.ErrorResponse(id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__)
