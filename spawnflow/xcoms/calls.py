@@ -113,6 +113,8 @@ class XComHelper:
 
     def service(self) -> None:
         """Read what the helper sent, settle answered calls, notice death and timeouts."""
+        from multiprocess.connection import wait
+
         child = self.child
         if child is None:
             return
@@ -129,7 +131,8 @@ class XComHelper:
             return
         if self.child is not child:
             return  # a continuation replaced or stopped it meanwhile
-        if not child.is_alive():
+        # The sentinel first (one poll): the full check reads /proc, on every wake-up.
+        if wait([child.sentinel], 0) and not child.is_alive():
             self._lost(child, None)
             return
         head = self.calls[0] if self.calls else None
