@@ -35,6 +35,9 @@ from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import runner_for
 
 TARGET = "spawnflow.processors.task_runner:run_task"
+#: Seconds between two checks that the task process still runs, when its sentinel is
+#: silent.
+LIVENESS_INTERVAL = 0.05
 
 
 def utcnow() -> dt.datetime:
@@ -218,6 +221,7 @@ class TaskSupervisor:
         began = time.monotonic()
         deadline = began + timeout if timeout else None
         next_beat = began + interval
+        next_look = began
         outcome, why, exited_at, stop_by = None, None, None, None
         channel_open = True
         while True:
@@ -251,8 +255,15 @@ class TaskSupervisor:
                     else:
                         del streams[name]
             now = time.monotonic()
-            if exited_at is None and not child.is_alive():
-                exited_at = now
+            # Reading /proc on every wake-up costs more than an XCom call's hop: look
+            # when the sentinel fires, and otherwise at most every LIVENESS_INTERVAL (a
+            # process the task forked may hold the sentinel's pipe open after it exited;
+            # the heartbeat wakes us at the latest).
+            look = child.sentinel in ready_objects or now >= next_look
+            if exited_at is None and look:
+                next_look = now + LIVENESS_INTERVAL
+                if not child.is_alive():
+                    exited_at = now
             # Gone, and its output read to the end (or for two more seconds: a process
             # it left behind may hold the pipes open; reaping kills what is left).
             if exited_at is not None and (not streams or now >= exited_at + 2.0):
