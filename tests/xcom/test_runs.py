@@ -108,11 +108,16 @@ with Dag("lost"):
 @pytest.fixture
 def xcom_run(start_method, make_settings, tmp_path):
     """A function that sets up settings for ``backend`` and runs one Dag to its end."""
+    return dag_runner(
+        start_method, make_settings, tmp_path, f"sqlite:///{tmp_path.as_posix()}/x.db"
+    )
+
+
+def dag_runner(start_method, make_settings, tmp_path, url):
     from spawnflow.models import schema
 
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "xcom_dags.py").write_text(DAGS.format(gate=str(tmp_path / "gate")))
-    url = f"sqlite:///{tmp_path.as_posix()}/x.db"
     values = {
         "database.url": url, "core.dags_folder": str(tmp_path / "dags"),
         "core.load_examples": "false", "core.mp_start_method": start_method,
@@ -123,7 +128,7 @@ def xcom_run(start_method, make_settings, tmp_path):
     def run_dag(dag_id: str, backend: str = MISBEHAVING, on_loop=None, before=None,
                 **extra) -> tuple:  # fmt: skip
         settings = make_settings(**{**values, "core.xcom_backend": backend, **extra})
-        schema.migrate(url)
+        schema.reset(url)
         DagFileProcessorManager(settings).run(once=True)
         if before is not None:
             before()
@@ -343,3 +348,19 @@ def test_a_value_pushed_again_replaces_the_stored_object(xcom_run, tmp_path):
 
 def stored_text(path: Path) -> str:
     return path.read_text()
+
+
+def test_references_round_trip_on_server_databases(
+    db_backend, database_url, start_method, make_settings, tmp_path
+):
+    if db_backend == "sqlite":
+        pytest.skip("SQLite runs every other test in this module")
+    run_dag = dag_runner(start_method, make_settings, tmp_path, database_url)
+    run_id, tis = run_dag("passing")
+    assert {t: ti.state for t, ti in tis.items()} == {"produce": "success", "consume": "success"}
+    stored = rows(run_id)
+    assert stored[("produce", "return_value")].value is None
+    assert stored[("produce", "return_value")].reference.startswith((tmp_path / "xcoms").as_uri())
+    cleared = run_service.clear("passing", _run_name(tis["produce"]), ["produce"])
+    assert cleared.purge_failures == []
+    assert len(list((tmp_path / "xcoms").rglob("*.json"))) == 1
