@@ -33,11 +33,10 @@ Continuation = Callable[[wire.Response], None]
 
 
 class _Call:
-    __slots__ = ("continuation", "make", "outlives_task", "request", "sent_at")
+    __slots__ = ("continuation", "make", "request", "sent_at")
 
-    def __init__(self, make: Callable[[int], wire.Request], continuation: Continuation,
-                 outlives_task: bool):  # fmt: skip
-        self.make, self.continuation, self.outlives_task = make, continuation, outlives_task
+    def __init__(self, make: Callable[[int], wire.Request], continuation: Continuation):
+        self.make, self.continuation = make, continuation
         self.request: wire.Request | None = None
         self.sent_at: float | None = None
 
@@ -70,13 +69,9 @@ class XComHelper:
 
     # -- what the owner calls ---------------------------------------------------------
 
-    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation,
-               *, outlives_task: bool = False) -> None:  # fmt: skip
-        """Queue the call ``make(id)`` builds; ``continuation(response)`` runs when it ends.
-
-        ``outlives_task``: worth finishing after the task ended (a purge), see pending().
-        """
-        self.calls.append(_Call(make, continuation, outlives_task))
+    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation) -> None:
+        """Queue the call ``make(id)`` builds; ``continuation(response)`` runs when it ends."""
+        self.calls.append(_Call(make, continuation))
         if self.child is not None:
             self._send_head()
             return
@@ -144,9 +139,9 @@ class XComHelper:
                            f"within [xcom] helper_call_timeout ({self.timeout:g} s)")  # fmt: skip
             self.stop(grace=0)
 
-    def pending(self, *, outliving_only: bool = False) -> int:
-        """Calls waiting; with ``outliving_only``, those worth finishing after the task."""
-        return sum(1 for call in self.calls if call.outlives_task or not outliving_only)
+    def pending(self) -> int:
+        """Calls waiting, the one in flight included."""
+        return len(self.calls)
 
     def stop(self, grace: float | None = None) -> None:
         """Stop the helper; calls still waiting fail."""
@@ -275,17 +270,11 @@ class InProcessBackend:
         self.backend = backend
         self._ids = 0
 
-    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation,
-               *, outlives_task: bool = False) -> None:  # fmt: skip
+    def submit(self, make: Callable[[int], wire.Request], continuation: Continuation) -> None:
         from spawnflow.processors.xcom_helper import answer
 
         self._ids += 1
         continuation(answer(self.backend, make(self._ids)))
-
-    def call(self, make: Callable[[int], wire.Request]) -> wire.Response:
-        answers: list[wire.Response] = []
-        self.submit(make, answers.append)
-        return answers[0]
 
     def wait_objects(self) -> list:
         return []
@@ -296,7 +285,7 @@ class InProcessBackend:
     def service(self) -> None:
         pass
 
-    def pending(self, *, outliving_only: bool = False) -> int:
+    def pending(self) -> int:
         return 0
 
     def stop(self, grace: float | None = None) -> None:

@@ -156,8 +156,7 @@ class XComService:
                 self.on_event("purging a stored XCom value failed", level="warning",
                               reference=reference, error=answer.message)  # fmt: skip
 
-        self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged,
-                           outlives_task=True)  # fmt: skip
+        self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged)
 
     # -- pull -------------------------------------------------------------------------
 
