@@ -41,19 +41,15 @@ def generate(folder: Path, files: int, tasks: int) -> None:
 
 def run_processor(method: str, folder: Path, home: Path) -> dict:
     """In this process: one pass of the Dag processor over ``folder``."""
-    from spawnflow.bootstrap import logs, platform, settings
-    from spawnflow.models import schema
+    from _setup import install_settings
+
+    from spawnflow.bootstrap import platform
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 
-    overrides = [
-        settings.Override("core.dags_folder", str(folder), "benchmark"),
-        settings.Override("core.load_examples", "false", "benchmark"),
-        settings.Override("dag_processor.parsing_processes", "2", "benchmark"),
-    ]
-    snapshot = settings.resolve(environ={"SPAWNFLOW_HOME": str(home)}, overrides=overrides)
-    settings.install(snapshot)
-    logs.configure("benchmark", console=True, console_level="WARNING")
-    schema.migrate()
+    snapshot = install_settings(home, {
+        "core.dags_folder": str(folder), "core.load_examples": "false",
+        "dag_processor.parsing_processes": "2",
+    })  # fmt: skip
     started = time.perf_counter()
     summary = DagFileProcessorManager(snapshot, method=method).run(once=True)[0]
     seconds = time.perf_counter() - started

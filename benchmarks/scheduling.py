@@ -59,9 +59,8 @@ def measure(method: str, workers: int, url: str | None) -> dict:
     import psutil
     from sqlalchemy import select
 
-    from spawnflow.bootstrap import logs, orm, platform, settings
+    from spawnflow.bootstrap import orm, platform
     from spawnflow.executors.local import LocalExecutor
-    from spawnflow.models import schema
     from spawnflow.models.run import DagRun, TaskInstance, XCom
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
     from spawnflow.processors.scheduler import runs
@@ -78,11 +77,9 @@ def measure(method: str, workers: int, url: str | None) -> dict:
         "executor.parallelism": str(workers), "executor.heartbeat_interval": "5",
         "scheduler.loop_interval": "0.05",
     }  # fmt: skip
-    overrides = [settings.Override(k, v, "benchmark") for k, v in values.items()]
-    snapshot = settings.resolve(environ={"SPAWNFLOW_HOME": str(home)}, overrides=overrides)
-    settings.install(snapshot)
-    logs.configure("benchmark", console=True, console_level="WARNING")
-    schema.reset()
+    from _setup import install_settings
+
+    snapshot = install_settings(home, values)
     DagFileProcessorManager(snapshot).run(once=True)
 
     results: dict = {"method": method}

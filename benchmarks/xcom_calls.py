@@ -77,8 +77,6 @@ BACKENDS = {
 
 def measure(method: str, backend: str, calls: int, s3_endpoint: str | None) -> dict:
     """In this process: one run of the measuring task; its timings."""
-    from spawnflow.bootstrap import logs, settings
-    from spawnflow.models import schema
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
     from spawnflow.processors.scheduler.job import Scheduler
     from tests.scheduler import harness
@@ -102,11 +100,9 @@ def measure(method: str, backend: str, calls: int, s3_endpoint: str | None) -> d
             "endpoint_url": s3_endpoint, "key": "bench", "secret": "bench",
             "client_kwargs": {"region_name": "us-east-1"},
         })  # fmt: skip
-    overrides = [settings.Override(k, v, "benchmark") for k, v in values.items()]
-    snapshot = settings.resolve(environ={"SPAWNFLOW_HOME": str(home)}, overrides=overrides)
-    settings.install(snapshot)
-    logs.configure("benchmark", console=True, console_level="WARNING")
-    schema.reset()
+    from _setup import install_settings
+
+    snapshot = install_settings(home, values)
     DagFileProcessorManager(snapshot).run(once=True)
     run_id = harness.trigger("xcom_bench")
     check = harness.deadline(600)
