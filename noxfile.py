@@ -1,18 +1,28 @@
-"""The same matrix as tox.ini, for nox users: ``nox -s tests``, ``nox -s databases``."""
+"""The same matrix as tox.ini, for nox users: ``nox -s tests``, ``nox -s databases``,
+``nox -s simulate`` (Linux: the suite as if on Windows and on macOS), ``nox -s typecheck``."""
+
+import sys
+from pathlib import Path
 
 import nox
 
-PYTHONS = ["3.11", "3.12", "3.13"]
-METHODS = ["fork", "forkserver", "spawn"]
-nox.options.sessions = ["tests", "lint"]
+PYTHONS = ["3.11", "3.12", "3.13", "3.14"]
+
+
+def start_methods(platform: str = sys.platform) -> list[str]:
+    """The start methods an OS has: Windows has spawn only."""
+    return ["spawn"] if platform == "win32" else ["fork", "forkserver", "spawn"]
+
+
+METHODS = start_methods()
+nox.options.sessions = ["tests", "lint", "typecheck"]
 nox.options.error_on_missing_interpreters = False
 
 
-def _pytest(session: nox.Session, method: str, backends: str | None = None) -> None:
+def _pytest(session: nox.Session, method: str | None, **env: str) -> None:
     session.install("-e", ".[test]")
-    env = {"SPAWNFLOW__CORE__MP_START_METHOD": method}
-    if backends:
-        env["SPAWNFLOW_TEST_BACKENDS"] = backends
+    if method:
+        env["SPAWNFLOW_TEST_START_METHODS"] = method
     session.run("python", "-m", "pytest", *session.posargs, env=env)
 
 
@@ -28,11 +38,30 @@ def tests(session: nox.Session, method: str) -> None:
 @nox.parametrize("method", METHODS)
 def databases(session: nox.Session, method: str, server: str) -> None:
     """Every test under one start method against one database server only."""
-    _pytest(session, method, {"postgres": "postgres", "mariadb": "mysql"}[server])
+    backend = {"postgres": "postgres", "mariadb": "mysql"}[server]
+    _pytest(session, method, SPAWNFLOW_TEST_BACKENDS=backend)
+
+
+@nox.session(python=PYTHONS[0])
+@nox.parametrize("simulated", ["windows", "macos"])
+def simulate(session: nox.Session, simulated: str) -> None:
+    """Every test, with every process simulating Windows or macOS (Linux only)."""
+    if sys.platform != "linux":
+        session.skip("the OS simulation runs on Linux")
+    folder = str(Path(__file__).parent / "tests" / "simulate")
+    _pytest(session, None, SPAWNFLOW_TEST_SIMULATE_OS=simulated, PYTHONPATH=folder)
+
+
+@nox.session(python=False)
+def typecheck(session: nox.Session) -> None:
+    """mypy for each OS spawnflow runs on."""
+    for platform in ("linux", "win32", "darwin"):
+        session.run("mypy", "--platform", platform, "spawnflow")
 
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """ruff, as configured in pyproject.toml."""
+    """ruff and the import contracts, as configured in pyproject.toml."""
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")

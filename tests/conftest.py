@@ -1,19 +1,24 @@
 """Fixtures shared by every test: start methods, isolated homes, database backends.
 
 * ``start_method``: each process test runs under every start method this OS has,
-  or only under ``SPAWNFLOW__CORE__MP_START_METHOD`` when tox/nox set it.
+  or only under those ``SPAWNFLOW_TEST_START_METHODS`` names (tox and nox set it).
 * ``db_backend`` / ``database_url``: sqlite, postgres and mysql (MariaDB). Server
   backends get one database per pytest-xdist worker. ``SPAWNFLOW_TEST_BACKENDS``
   picks the backends; a server that is down skips its tests locally, and fails
   them when ``SPAWNFLOW_TEST_REQUIRE_BACKENDS`` names it (as CI does). Database
   names carry the test run's id as well, so that runs in parallel (``tox -p``)
   never share one; each run drops its databases when it ends.
+* ``SPAWNFLOW_TEST_SIMULATE_OS=windows|macos`` with ``tests/simulate`` on
+  ``PYTHONPATH`` runs everything as if on that OS, in every process (see
+  ``tests/simulate/simulated_os.py``); the run refuses to start if the simulation
+  did not load.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,7 +30,10 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.settings import Override, Settings
 
-METHOD_VARIABLE = "SPAWNFLOW__CORE__MP_START_METHOD"
+#: The test run's own choice of start methods (comma-separated), never the product's
+#: SPAWNFLOW__CORE__MP_START_METHOD: a setting exported in a shell must not narrow the matrix.
+METHOD_VARIABLE = "SPAWNFLOW_TEST_START_METHODS"
+SIMULATION_VARIABLE = "SPAWNFLOW_TEST_SIMULATE_OS"
 SERVER_URLS = {
     "postgres": os.environ.get(
         "SPAWNFLOW_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -36,8 +44,41 @@ BACKENDS = ("sqlite", "postgres", "mysql")
 
 
 def methods_under_test() -> list[str]:
-    chosen = os.environ.get(METHOD_VARIABLE)
-    return [chosen] if chosen else list(platforms.current().start_methods)
+    chosen = [m.strip() for m in os.environ.get(METHOD_VARIABLE, "").split(",") if m.strip()]
+    return chosen or list(platforms.current().start_methods)
+
+
+def simulated_os() -> str | None:
+    """The OS this run simulates (``windows``, ``macos``), or None."""
+    return os.environ.get(SIMULATION_VARIABLE) or None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    simulated = simulated_os()
+    if simulated:
+        simulation = sys.modules.get("simulated_os")
+        if simulation is None or simulation.active != simulated:
+            raise pytest.UsageError(
+                f"{SIMULATION_VARIABLE}={simulated} needs tests/simulate on PYTHONPATH, so that "
+                "every process, children too, loads the simulation: "
+                f"PYTHONPATH=tests/simulate {SIMULATION_VARIABLE}={simulated} python -m pytest"
+            )
+    offered = platforms.current().start_methods
+    unknown = [m for m in methods_under_test() if m not in offered]
+    if unknown:
+        raise pytest.UsageError(
+            f"{METHOD_VARIABLE} names {', '.join(unknown)}, but "
+            f"{platforms.current().display_name} offers {', '.join(offered)}"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    platform = platforms.current()
+    simulated = f" (simulated {simulated_os()})" if simulated_os() else ""
+    return (
+        f"spawnflow platform: {platform.display_name}{simulated}; start methods under test: "
+        f"{', '.join(methods_under_test())}"
+    )
 
 
 def backends_under_test() -> list[str]:

@@ -8,7 +8,6 @@ exited, a process that reused its pid is never mistaken for it.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,12 @@ class ExitStatus(msgspec.Struct, frozen=True):
     #: The child had to be killed because it outlived its warm stop's grace period.
     cold: bool = False
 
+    @property
+    def killed(self) -> bool:
+        """Whether a kill ended it: a signal, or spawnflow's own cold stop (on Windows a
+        kill is ``TerminateProcess``, which leaves an exit code, not a signal)."""
+        return self.signal is not None or self.cold
+
     def describe(self, meaning: bool = True) -> str:
         """``killed by SIGKILL``, ``exited with code 3 (boot failed)``, ...
 
@@ -43,8 +48,14 @@ class ExitStatus(msgspec.Struct, frozen=True):
         """
         if self.signal is not None:
             return f"killed by {self.signal}"
-        said = lifecycle.EXIT_MEANINGS.get(self.exitcode) if meaning else None
-        return f"exited with code {self.exitcode}" + (f" ({said})" if said else "")
+        code = self.exitcode
+        text = str(code) if code is None else platforms.current().exit_code_text(code)
+        if self.cold:
+            return f"killed after its grace period (exit code {text})"
+        said = None
+        if meaning and code is not None:
+            said = lifecycle.EXIT_MEANINGS.get(code)
+        return f"exited with code {text}" + (f" ({said})" if said else "")
 
 
 class Child:
@@ -99,17 +110,35 @@ class Child:
     def describe(self) -> str:
         return f"child process {self.role!r} (pid {self.pid}, {self.method})"
 
-    def wait_ready(self, timeout: float = 60.0) -> wire.Ready:
-        """Wait for the child's Ready; ChildBootError if it failed or exited first."""
+    @property
+    def launched_at(self) -> float:
+        """When :func:`~spawnflow.bootstrap.launcher.launch` was called (perf_counter)."""
+        return self._launched_at
+
+    @property
+    def boot_timeout(self) -> float:
+        """Seconds from launch to Ready: ``[core] child_boot_timeout`` of its settings."""
+        return (self.spec.settings or settings_module.current()).core.child_boot_timeout
+
+    def wait_ready(self, timeout: float | None = None) -> wire.Ready:
+        """Wait for the child's Ready; ChildBootError if it failed or exited first, or
+        did not boot within ``timeout`` (:attr:`boot_timeout` by default)."""
         if self.ready is not None:
             return self.ready
         from multiprocess.connection import wait
 
-        connection = self.channel.connection
-        if not wait([connection, self.sentinel], timeout):
-            raise ChildBootError(f"{self.describe()} did not report ready within {timeout:g} s.")
+        timeout = self.boot_timeout if timeout is None else timeout
+        if not wait([self.channel.connection, self.sentinel], timeout):
+            raise self.boot_too_slow(time.perf_counter() - self._launched_at, timeout)
+        return self.accept_boot_message()
+
+    def accept_boot_message(self) -> wire.Ready:
+        """Take the child's first message, once its channel or sentinel is ready: its
+        Ready, or ChildBootError saying why it could not boot."""
+        if self.ready is not None:
+            return self.ready
         message = None
-        if connection.poll():
+        if self.channel.connection.poll():
             try:
                 message = self.channel.recv()
             except (EOFError, OSError):
@@ -126,6 +155,14 @@ class Child:
         ended = status.describe(meaning=False) if status else "closed its connection"
         raise ChildBootError(
             f"{self.describe()} {ended} before it was ready; its stderr may say why."
+        )
+
+    def boot_too_slow(self, seconds: float, limit: float) -> ChildBootError:
+        """The error for a child still booting ``seconds`` after its launch."""
+        return ChildBootError(
+            f"{self.describe()} was still booting {seconds:.1f} s after its launch, past "
+            f"its boot budget ({limit:g} s, [core] child_boot_timeout): starting an "
+            f"interpreter and importing under {self.method} took that long"
         )
 
     def is_alive(self) -> bool:
@@ -174,7 +211,10 @@ class Child:
         are recorded while waiting, because a grandchild that outlives its parent is
         re-parented and no longer findable from the child; whatever of the tree is
         alive when the child exits or the grace period ends is killed. Inside a child
-        that is itself stopping, a second stop request ends the wait at once.
+        that is itself stopping, a second stop request ends the wait at once. A grace
+        of 0 is a cold stop: the child is not asked first, so it cannot act on a
+        request it would have no time to finish (a try recorded as failed by a worker
+        that was being killed, say).
         """
         if self._status is not None:
             return self._status
@@ -184,6 +224,9 @@ class Child:
         tree = []
         if not self._has_exited():
             tree = self._platform.snapshot_tree(self._handle)
+            if grace <= 0:
+                self._platform.kill_tree(tree)
+                return self._reap(cold=True)
             self.request_warm_stop()
             deadline = time.monotonic() + grace
             exited = False
@@ -195,8 +238,7 @@ class Child:
                     tree = _merge(tree, self._platform.snapshot_tree(self._handle))
             cold = not exited
         self._platform.kill_tree(tree)
-        self._reap(cold=cold)
-        return self._status
+        return self._reap(cold=cold)
 
     def request_warm_stop(self) -> None:
         """Ask the child to stop (see :meth:`stop`) without waiting for it."""
@@ -204,17 +246,18 @@ class Child:
             self._handle, self._control, group=self.spec.warm_stop_group
         )
 
-    def _reap(self, cold: bool = False) -> None:
+    def _reap(self, cold: bool = False) -> ExitStatus:
         self._platform.kill_group(self.pid, self._handle)
         # ``is_alive`` reaps an exited child without waiting on its sentinel, which a
         # fork grandchild may hold open; ``join`` then returns at once.
         self._process.is_alive()
         self._process.join(timeout=30)
         exitcode = self._process.exitcode
-        self._status = ExitStatus(exitcode, self._platform.signal_name(exitcode), cold)
+        status = self._status = ExitStatus(exitcode, self._platform.signal_name(exitcode), cold)
         _children.pop(self.pid, None)
         self._close_connections()
         self._process.close()
+        return status
 
     def _close_connections(self) -> None:
         for connection in (self.channel, self._control, self.stdout, self.stderr):
@@ -250,7 +293,7 @@ def stop_many(group: list[Child], grace: float | None = None) -> None:
     """Stop several children at once: warm stops to all, one grace period, then cold.
 
     Stopping them one after the other would let N stubborn children take N grace
-    periods.
+    periods. A grace of 0 kills them without asking, as :meth:`Child.stop` does.
     """
     group = [child for child in group if child.exit_status is None]
     if not group:
@@ -261,7 +304,8 @@ def stop_many(group: list[Child], grace: float | None = None) -> None:
     for child in group:
         if not child._has_exited():
             trees[child] = child._platform.snapshot_tree(child._handle)
-            child.request_warm_stop()
+            if grace > 0:
+                child.request_warm_stop()
     deadline = time.monotonic() + grace
     waiting = [child for child in trees if not child._has_exited()]
     while waiting and time.monotonic() < deadline and not lifecycle.now_requested():
@@ -290,4 +334,4 @@ def _after_fork_in_child() -> None:
     _children.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platforms.at_fork_in_child(_after_fork_in_child)

@@ -79,13 +79,15 @@ class ChildSpec(msgspec.Struct, frozen=True):
         capture_output: send the child's stdout and stderr (file descriptors 1 and 2,
             so subprocesses' and C code's output too) to pipes the parent reads from
             :attr:`Child.stdout` and :attr:`Child.stderr`.
-        warm_stop_group: a warm stop signals the child's whole process group (user
-            code: a task's shell commands get SIGTERM too). False for spawnflow's own
-            components, which stop their children themselves, and whose group holds
-            their forkserver, which must outlive the warm stop.
-        kill_with_parent: if the parent dies, the kernel kills the child at once
-            (SIGKILL, where it can) instead of asking it to stop (SIGTERM): for user
-            code, which may ignore SIGTERM and must not outlive its supervisor.
+        warm_stop_group: the child runs user code: a warm stop signals its whole
+            process group (a task's shell commands get SIGTERM too), and on Windows a
+            kill-on-close job holds its tree. False for spawnflow's own components,
+            which stop their children themselves, and whose group holds their
+            forkserver, which must outlive the warm stop.
+        kill_with_parent: if the parent dies, the child dies at once with its tree
+            (the kernel's SIGKILL on Linux; elsewhere the child does it when its control
+            pipe reports the death) instead of stopping warm: for user code, which may
+            ignore SIGTERM and must not outlive its supervisor.
 
     Raises:
         ValueError: for a malformed role or target.
@@ -130,17 +132,19 @@ def _require_plain(value: Any, where: str) -> None:
     )
 
 
-def launch(spec: ChildSpec, *, method: str | None = None, component: str | None = None) -> Child:
+def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
     """Start the child that ``spec`` describes and return at once.
 
-    The start method is ``method`` if given, else the one configured for
-    ``component`` (``[component] mp_start_method``), else ``[core] mp_start_method``.
-    Call :meth:`Child.wait_ready` to wait for it to boot.
+    The start method is ``method`` if given, else the one configured for the spec's
+    role (``[component] mp_start_method`` of the component the role belongs to, see
+    :data:`~spawnflow.bootstrap.startmethods.ROLE_COMPONENTS`, else
+    ``[core] mp_start_method``). Watch it (:mod:`spawnflow.bootstrap.watch`) or call
+    :meth:`Child.wait_ready` to wait for it to boot.
     """
     started = time.perf_counter()
     snapshot = spec.settings or settings_module.current()
     if method is None:
-        method, _ = startmethods.for_component(snapshot, component)
+        method, _ = startmethods.for_role(snapshot, spec.role)
     log_file = spec.log_file or logs.role_log_file(snapshot.logging.base_log_folder, spec.role)
     _ensure_folder(log_file.parent)
     spec = msgspec.structs.replace(
@@ -178,7 +182,8 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
         daemon=False,
     )
     try:
-        process.start()
+        with platform.launching():
+            process.start()
         platform.adopt_into_own_group(process.pid)
     finally:
         # The child holds its own copies now (or never started): closing ours lets
@@ -197,30 +202,39 @@ def launch(spec: ChildSpec, *, method: str | None = None, component: str | None 
     return child
 
 
-_atexit_registered = False
+_at_exit: Any = None
 _folders: set[Path] = set()
 
 
 def _ensure_folder(folder: Path) -> None:
-    """Create a children's log folder once per parent, instead of once per child."""
+    """Create a children's log folder once per parent, instead of once per child.
+
+    One that cannot be made is the child's to report: its boot fails with the one
+    sentence of :class:`~spawnflow.bootstrap.logs.LogFileUnwritable`.
+    """
     if folder not in _folders:
-        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return
         _folders.add(folder)
 
 
 def _stop_children_at_exit() -> None:
     """Stop leftover children when the interpreter exits, however it exits.
 
-    Registered after ``multiprocess`` is imported: atexit runs handlers last-in
-    first-out, and multiprocess's own handler joins every child, which would wait
-    forever for a child that waits to be stopped.
+    As one of multiprocess's own exit finalizers: its exit handler runs those first and
+    then joins every child it knows, which would wait forever for a child that waits to
+    be stopped. An atexit hook of ours could run after that handler (atexit runs last
+    in, first out, and multiprocess registers its handler again when its logger is
+    first made), and the script would hang at exit. A fork child starts with no
+    finalizers (multiprocess clears them), hence the check that ours is still there.
     """
-    global _atexit_registered
-    if not _atexit_registered:
-        import atexit
+    global _at_exit
+    if _at_exit is None or not _at_exit.still_active():
+        from multiprocess import util
 
-        atexit.register(stop_children)
-        _atexit_registered = True
+        _at_exit = util.Finalize(None, stop_children, exitpriority=100)
 
 
 def import_target(reference: str) -> Callable[..., Any]:
@@ -259,7 +273,7 @@ def _close_upward_after_fork() -> None:
     _upward.clear()
 
 
-os.register_at_fork(after_in_child=_close_upward_after_fork)
+platforms.at_fork_in_child(_close_upward_after_fork)
 
 
 def _child_entry(
@@ -285,29 +299,33 @@ def _child_entry(
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"
     try:
-        if isinstance(spec, bytes):
-            spec = pickle.loads(spec)
-        role = spec.role
+        child_spec: ChildSpec = pickle.loads(spec) if isinstance(spec, bytes) else spec
+        role = child_spec.role
         stage = "settings"
-        settings_module.install(spec.settings)
+        snapshot = child_spec.settings
+        assert snapshot is not None, "launch() always fills in the settings"
+        settings_module.install(snapshot)
         stage = "logging"
         logs.configure(
-            spec.role,
-            level=spec.settings.logging.level,
-            log_file=spec.log_file,
-            console=spec.log_to_console,
+            child_spec.role,
+            level=snapshot.logging.level,
+            log_file=child_spec.log_file,
+            console=child_spec.log_to_console,
             create_folder=False,  # the launcher made it: a fork child pays for every syscall
         )
         stage = "process group"
         platform = platforms.current()
         platform.enter_own_process_group()
+        if child_spec.warm_stop_group:
+            platform.contain_tree()  # user code: its whole tree ends with it (Windows)
         lifecycle.install(
-            control, platform.interrupt_main_thread, spec.settings.core.stop_grace_period
-        )
-        if not platform.stop_when_parent_dies(parent_pid, kill=spec.kill_with_parent):
+            control, platform, child=True, orphan_grace=snapshot.core.stop_grace_period,
+            kill_with_parent=child_spec.kill_with_parent,
+        )  # fmt: skip
+        if not platform.stop_when_parent_dies(parent_pid, kill=child_spec.kill_with_parent):
             raise lifecycle.WarmStop()  # the parent died while we booted
         stage = "target import"
-        target = import_target(spec.target)
+        target = import_target(child_spec.target)
     except lifecycle.WarmStop:
         raise  # asked to stop before it was ready: not a boot failure
     except BaseException as error:  # noqa: BLE001 - a boot failure of any kind is reported
@@ -321,9 +339,9 @@ def _child_entry(
         pid=os.getpid(), role=role, method=method, boot_seconds=time.perf_counter() - started
     ))  # fmt: skip
     try:
-        target(channel, **spec.kwargs)
+        target(channel, **child_spec.kwargs)
     except Exception:  # noqa: BLE001 - logged with its traceback, then a named exit code
-        _log().exception("target failed", target=spec.target)
+        _log().exception("target failed", target=child_spec.target)
         sys.exit(lifecycle.EXIT_TARGET_FAILED)
     finally:
         # No orphan survives its supervisor (law 7), however the target ended. A

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from spawnflow.bootstrap import platform as platforms
+
 #: The target returned, or stopped warm when asked to.
 EXIT_OK = 0
 #: The target raised an exception (its traceback is in the role's log file).
@@ -41,9 +43,13 @@ EXIT_MEANINGS = {
 
 #: Set once a warm stop was requested.
 stop_requested = threading.Event()
+#: The signal that asked for the first stop, if a signal did.
+_stop_signal: int | None = None
 _deferred = False
 _unwinding = False
 _now = False
+#: Interrupts of the main thread that the control pipe's watcher asked for.
+_control_interrupts = 0
 
 
 class WarmStop(SystemExit):
@@ -68,6 +74,12 @@ def now_requested() -> bool:
     return _now
 
 
+def signal_exit_code() -> int | None:
+    """The exit code a shell expects of a command a signal stopped: 128 + the signal
+    (130 after Ctrl-C, 143 after SIGTERM); None if no signal asked this process to stop."""
+    return None if _stop_signal is None else 128 + _stop_signal
+
+
 @contextmanager
 def unwinding() -> Iterator[None]:
     """While the launcher stops this process's children, stop requests do not unwind."""
@@ -79,36 +91,64 @@ def unwinding() -> Iterator[None]:
         _unwinding = False
 
 
-def install(control: Any = None, interrupt_main: Any = None, orphan_grace: float = 10.0) -> None:
-    """Install the warm-stop handling of a freshly booted child.
+def install(
+    control: Any = None,
+    platform: platforms.Platform | None = None,
+    *,
+    child: bool = False,
+    orphan_grace: float = 10.0,
+    kill_with_parent: bool = False,
+) -> None:
+    """Install the warm-stop handling of this process.
 
-    The handlers replace any a fork child inherited from its parent. ``control`` is
-    the read end of the control pipe the launcher gives children where warm stops
-    or the parent's death cannot be signalled; ``interrupt_main`` runs the main
-    thread's handler from the thread that watches it, and ``orphan_grace`` is how
-    long an orphan may take to stop before it exits hard.
+    The handlers replace any a fork child inherited from its parent. A top-level
+    command calls it with no arguments: SIGTERM and Ctrl-C ask for a warm stop, and
+    Windows' Ctrl-Break for a cold one (like a second Ctrl-C). The launcher calls it in
+    each ``child``: ``control`` is the read end of the control pipe the launcher gives
+    children where warm stops or the parent's death cannot be signalled;
+    ``orphan_grace`` is how long an orphan may take to stop before it exits hard, and
+    ``kill_with_parent`` makes an orphan kill its own tree and leave at once.
     """
     import signal
 
+    platform = platform or platforms.current()
     signal.signal(signal.SIGTERM, _on_stop_request)
-    # A child leads its own process group, so a terminal's Ctrl-C does not reach
-    # it; a SIGINT sent to it on purpose means the same as SIGTERM.
-    signal.signal(signal.SIGINT, _on_stop_request)
-    if control is not None:
-        threading.Thread(
-            target=_watch_control,
-            args=(control, interrupt_main, orphan_grace),
-            name="spawnflow-control",
-            daemon=True,
-        ).start()
+    if child and platform.console_broadcast:
+        # A Windows console sends Ctrl-C to every process attached to it: only the
+        # control pipe's own interrupts count here (see _stop_from_control).
+        signal.signal(signal.SIGINT, _on_control_interrupt)
+        platform.shield_from_console()
+    else:
+        # A POSIX child leads its own process group, so a terminal's Ctrl-C does not
+        # reach it; a SIGINT sent to it on purpose means the same as SIGTERM.
+        signal.signal(signal.SIGINT, _on_stop_request)
+    ctrl_break = getattr(signal, "SIGBREAK", None)
+    if not child and ctrl_break is not None:
+        signal.signal(ctrl_break, _on_stop_now)
+    if control is None:
+        return
+    watch = _ControlWatch(control, platform, orphan_grace, kill_with_parent)
+    signum = platform.signal_on_control_input(control)
+    if signum is not None:
+        # The kernel tells us; no thread, so a child that forks does so single-threaded.
+        signal.signal(signum, watch.on_signal)
+        if control.poll(0):  # the parent died before we asked to be told
+            watch.on_signal(signum, None)
+    else:
+        threading.Thread(target=watch.run, name="spawnflow-control", daemon=True).start()
 
 
 def _on_stop_request(signum: int, frame: Any) -> None:
-    global _now, _unwinding
+    global _now, _unwinding, _stop_signal
     first = not stop_requested.is_set()
     stop_requested.set()
-    if _unwinding:
+    if first and signum > 0:
+        _stop_signal = signum
+    if not first:
+        # A second request means now, however soon it follows the first: even before
+        # a deferring process noticed the first and began its warm stop.
         _now = True
+    if _unwinding:
         return
     if _deferred and first:
         return
@@ -118,25 +158,103 @@ def _on_stop_request(signum: int, frame: Any) -> None:
     raise WarmStop()
 
 
-def _watch_control(control: Any, interrupt_main: Any, orphan_grace: float) -> None:
-    """Turn a message on the control pipe into a stop request; EOF means the parent died."""
-    try:
-        control.recv_bytes()
-        orphaned = False
-    except (EOFError, OSError):
-        orphaned = True
-    interrupt_main()
-    if orphaned:
-        # No orphan survives its supervisor, even one stuck where no handler runs:
-        # give it the grace period, then leave.
-        time.sleep(orphan_grace)
+def _on_stop_now(signum: int, frame: Any) -> None:
+    """Ctrl-Break on a Windows console: stop now, as a second Ctrl-C would."""
+    global _now
+    _now = True
+    if not stop_requested.is_set():
+        _on_stop_request(signum, frame)
+    _on_stop_request(signum, frame)
+
+
+def _on_control_interrupt(signum: int, frame: Any) -> None:
+    """SIGINT in a child on a console that broadcasts Ctrl-C: act only on our own."""
+    global _control_interrupts
+    if _control_interrupts <= 0:
+        return  # the console's Ctrl-C: our parent stops us through the control pipe
+    _control_interrupts -= 1
+    _on_stop_request(signum, frame)
+
+
+def _stop_from_control(platform: platforms.Platform) -> None:
+    """A stop request that arrived on the control pipe, handled in the watching thread.
+
+    What can be done from here is: a deferred target only watches ``stop_requested``,
+    and setting the event wakes it even from waits that no signal breaks on Windows
+    (locks, ``Event.wait``). Unwinding needs the main thread: it is interrupted.
+    """
+    global _now, _control_interrupts
+    if _unwinding:
+        stop_requested.set()
+        _now = True  # a second request while stopping our own children: make it cold
+        return
+    if _deferred and not stop_requested.is_set():
+        stop_requested.set()
+        return
+    _control_interrupts += 1
+    platform.interrupt_main_thread()
+
+
+class _ControlWatch:
+    """Turns what the control pipe says into stop requests: a message asks for a warm
+    stop, EOF means the parent died."""
+
+    def __init__(self, control: Any, platform: platforms.Platform, orphan_grace: float,
+                 kill_with_parent: bool):  # fmt: skip
+        self.control = control
+        self.platform = platform
+        self.orphan_grace = orphan_grace
+        self.kill_with_parent = kill_with_parent
+        self.orphaned = False
+
+    def run(self) -> None:
+        """The watching thread (Windows): read until the parent's end closes."""
+        while True:
+            try:
+                self.control.recv_bytes()
+            except (EOFError, OSError):
+                break
+            _stop_from_control(self.platform)
+        self.leave_orphaned()
+        _stop_from_control(self.platform)
+        time.sleep(self.orphan_grace)
+        os._exit(EXIT_ORPHANED)
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        """The signal that the pipe has something to say (macOS), in the main thread."""
+        if self.orphaned:
+            return
+        try:
+            if not self.control.poll(0):
+                return  # nothing to read: a signal meant for another descriptor
+            self.control.recv_bytes()
+        except (EOFError, OSError):
+            self.orphaned = True
+            self.leave_orphaned()
+            threading.Thread(target=self._exit_after_grace, daemon=True).start()
+        _on_stop_request(signum, frame)
+
+    def leave_orphaned(self) -> None:
+        """The parent died. No orphan survives its supervisor: user code leaves at once,
+        with its whole tree, as Linux's parent-death SIGKILL would have it."""
+        if self.kill_with_parent:
+            try:
+                self.platform.kill_descendants()
+            finally:
+                os._exit(EXIT_ORPHANED)
+
+    def _exit_after_grace(self) -> None:
+        # Even one stuck where no handler runs: give it the grace period, then leave.
+        time.sleep(self.orphan_grace)
         os._exit(EXIT_ORPHANED)
 
 
 def _after_fork_in_child() -> None:
-    global stop_requested, _deferred, _unwinding, _now
+    global stop_requested, _deferred, _unwinding, _now, _control_interrupts, _stop_signal
     stop_requested = threading.Event()
     _deferred = _unwinding = _now = False
+    _stop_signal = None
+    _control_interrupts = 0
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platforms.at_fork_in_child(_after_fork_in_child)

@@ -18,7 +18,17 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from spawnflow.bootstrap.errors import UserError
+
+if TYPE_CHECKING:
+    from structlog.typing import Processor
+
+
+class LogFileUnwritable(UserError):
+    """A log file that cannot be opened for appending (a read-only or full disk)."""
+
 
 _role = "unconfigured"
 _log_file: Path | None = None
@@ -71,17 +81,87 @@ class _DeferredFormatter(logging.Formatter):
 def _processor_formatter(json_lines: bool) -> logging.Formatter:
     import structlog
 
+    renderers: list[Processor]
     if json_lines:
         renderers = [
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(serializer=_dumps),
         ]
     else:
-        renderers = [structlog.dev.ConsoleRenderer(colors=_is_tty(sys.stderr))]
+        renderers = [structlog.dev.ConsoleRenderer(colors=console_colors(sys.stderr))]
     return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_shared_processors(),
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderers],
     )
+
+
+class LogFileHandler(logging.FileHandler):
+    """A file handler that outlives its disk: a write that fails (the disk filled or
+    turned read-only) says so once on stderr and drops lines until writes work again,
+    instead of printing a traceback per line or ending the process."""
+
+    failing = False
+    _line_failed = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._line_failed = False
+        if self.stream is None:  # closed after a failure: try the file again
+            try:
+                self.stream = self._open()
+            except OSError:
+                self.handleError(record)
+                return
+        logging.StreamHandler.emit(self, record)  # calls handleError if the write fails
+        if self.failing and not self._line_failed:
+            self.failing = False
+            _say(f"spawnflow: the log file {self.baseFilename} can be written again")
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            super().handleError(record)
+            return
+        self._line_failed = True
+        if not self.failing:
+            self.failing = True
+            _say(f"spawnflow: cannot write the log file {self.baseFilename} ({_why(error)}); "
+                 "its lines are dropped until it can be written again")  # fmt: skip
+        stream, self.stream = self.stream, None  # the next line opens the file again
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass  # no stderr left either: nothing more to do
+
+
+def _why(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def open_log_file(log_file: Path, level: str, *, create_folder: bool = True) -> logging.Handler:
+    """A handler appending JSON lines to ``log_file``, opened now: a file that cannot
+    be written is one sentence (:class:`LogFileUnwritable`) at start-up, not a traceback
+    at the first line."""
+    try:
+        if create_folder:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = LogFileHandler(log_file, encoding="utf-8")
+    except OSError as error:
+        raise LogFileUnwritable(
+            f"cannot write the log file {log_file} ({_why(error)}); make its folder "
+            "writable or set [logging] base_log_folder to one that is"
+        ) from None
+    handler.setLevel(level)
+    handler.setFormatter(_DeferredFormatter(json_lines=True))
+    return handler
 
 
 def _configure_structlog() -> None:
@@ -113,11 +193,16 @@ def configure(
         role: the process role, written into every event and naming the log file.
         level: lowest level written to ``log_file``.
         log_file: JSON-lines file to append to; its folder is created. None: no file.
+            One that cannot be opened raises :class:`LogFileUnwritable`.
         console: write human-readable lines to stderr.
         console_level: lowest level on the console (defaults to ``level``).
         create_folder: create ``log_file``'s folder (the launcher does it for its children).
     """
     global _role, _log_file
+    # First: a log file that cannot be written leaves the old configuration in place.
+    file_handler = None
+    if log_file is not None:
+        file_handler = open_log_file(log_file, level, create_folder=create_folder)
     _role, _log_file = role, log_file
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -126,14 +211,9 @@ def configure(
     _handlers.clear()
 
     levels = []
-    if log_file is not None:
-        if create_folder:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
-        handler.setLevel(level)
-        handler.setFormatter(_DeferredFormatter(json_lines=True))
-        root.addHandler(handler)
-        _handlers.append(handler)
+    if file_handler is not None:
+        root.addHandler(file_handler)
+        _handlers.append(file_handler)
         levels.append(logging.getLevelName(level))
     if console:
         handler = logging.StreamHandler(sys.stderr)
@@ -151,6 +231,18 @@ def configure(
         # now, so that nothing logs through structlog's defaults. Its configuration
         # does not depend on the role, so what a fork child inherits stays valid.
         _configure_structlog()
+
+
+def console_colors(stream: Any) -> bool:
+    """Colour on a terminal. On Windows only with colorama (a dependency there), without
+    which structlog refuses colours with an error instead of printing."""
+    if not _is_tty(stream):
+        return False
+    if sys.platform == "win32":
+        import importlib.util
+
+        return importlib.util.find_spec("colorama") is not None
+    return True
 
 
 def _is_tty(stream: Any) -> bool:

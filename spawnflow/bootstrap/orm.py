@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings_table import hide_password
@@ -41,8 +42,9 @@ _DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pym
 _EXTRAS = {"psycopg": "postgres", "pymysql": "mysql"}
 
 _engines: dict[tuple[int, str], Engine] = {}
-#: Owner pids of detached driver connections, which no longer have a pool record.
-_detached_owners: dict[int, int] = {}
+#: Owner pids of detached driver connections, which no longer have a pool record
+#: (None, as from _owner, for one whose record was never stamped).
+_detached_owners: dict[int, int | None] = {}
 _sessionmakers: dict[tuple[int, str, str], sessionmaker[Session]] = {}
 #: What a fork child inherited and must neither use nor close: kept referenced so
 #: that garbage collection cannot finalize (close) the parent's connections.
@@ -114,10 +116,11 @@ def session_scope(url: str | None = None, *, write: bool = True) -> Iterator[Ses
         return
     if write:
         key = (os.getpid(), str(bound.url), "write")
-        maker = _sessionmakers.get(key)
-        if maker is None:
+        writing = _sessionmakers.get(key)
+        if writing is None:
             writer = bound.execution_options(**{_WRITE_LOCK: True})
-            maker = _sessionmakers[key] = sessionmaker(writer, expire_on_commit=False)
+            writing = _sessionmakers[key] = sessionmaker(writer, expire_on_commit=False)
+        maker = writing
     with maker.begin() as session:
         yield session
 
@@ -153,8 +156,8 @@ def dispose_all() -> None:
     pid = os.getpid()
     for key in [k for k in _engines if k[0] == pid]:
         _engines.pop(key).dispose()
-    for key in [k for k in _sessionmakers if k[0] == pid]:
-        _sessionmakers.pop(key)
+    for maker_key in [k for k in _sessionmakers if k[0] == pid]:
+        _sessionmakers.pop(maker_key)
 
 
 def engines_of_other_processes() -> int:
@@ -170,6 +173,28 @@ def check_reachable(url: str | None = None, *, create: bool = False) -> None:
     ``create``; otherwise it is reported, rather than left behind empty.
     """
     url = url or _configured_url()
+    try:
+        ping(url, create=create)
+    except exc.DBAPIError as error:
+        # SQLite opens a file it cannot write (or a folder it cannot make its WAL
+        # files in) as "unable to open database file": say which, and what to do.
+        require_writable(url)
+        raise DatabaseUnavailable(
+            f"cannot connect to the database {masked(url)}: {first_line(error.orig)}"
+        ) from None
+    except (exc.ArgumentError, TypeError, ValueError) as error:
+        raise DatabaseUnavailable(
+            f"the database URL {masked(url)} is not usable: {first_line(error)}"
+        ) from None
+
+
+def ping(url: str | None = None, *, create: bool = False) -> None:
+    """Connect once and run ``SELECT 1``; the driver's error (a DBAPIError) as it is,
+    for :func:`spawnflow.bootstrap.outage.ride_out` to tell an outage from a mistake.
+
+    A SQLite file that does not exist is DatabaseUnavailable unless ``create``.
+    """
+    url = url or _configured_url()
     database = _sqlite_file(url)
     if database is not None and not database.exists():
         if not create:
@@ -178,17 +203,26 @@ def check_reachable(url: str | None = None, *, create: bool = False) -> None:
                 "run `spawnflow db migrate` to create it"
             )
         database.parent.mkdir(parents=True, exist_ok=True)
+    with engine(url).connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+def require_writable(url: str | None = None) -> None:
+    """For a SQLite file: check that it and its folder can be written (SQLite writes
+    its journal next to the file), so that a read-only file is one sentence before any
+    work starts, not a failed write in the middle of it. Other databases: nothing."""
+    from spawnflow.bootstrap import paths
+
+    database = _sqlite_file(url or _configured_url())
+    if database is None:
+        return
+    hint = "make the file and its folder writable, or set [database] url"
+    if database.exists() and not os.access(database, os.W_OK):
+        raise DatabaseUnavailable(f"the SQLite database file {database} is read-only; {hint}")
     try:
-        with engine(url).connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except exc.DBAPIError as error:
-        raise DatabaseUnavailable(
-            f"cannot connect to the database {masked(url)}: {first_line(error.orig)}"
-        ) from None
-    except (exc.ArgumentError, TypeError, ValueError) as error:
-        raise DatabaseUnavailable(
-            f"the database URL {masked(url)} is not usable: {first_line(error)}"
-        ) from None
+        paths.require_writable_folder(database.parent, "database folder")
+    except paths.FolderUnwritable as error:
+        raise DatabaseUnavailable(f"{error}, or set [database] url") from None
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -369,13 +403,13 @@ def _after_fork_in_child() -> None:
         inherited = _engines.pop(key)
         _inherited.append(inherited.pool)
         inherited.dispose(close=False)
-    for key in [k for k in _sessionmakers if k[0] != pid]:
-        _sessionmakers.pop(key)
+    for maker_key in [k for k in _sessionmakers if k[0] != pid]:
+        _sessionmakers.pop(maker_key)
     for key in [k for k in _pinned if k[0] != pid]:
         _inherited.append(_pinned.pop(key))
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platforms.at_fork_in_child(_after_fork_in_child)
 
 
 def server_connection_id(connection: Any) -> str:

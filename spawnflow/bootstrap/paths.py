@@ -10,11 +10,15 @@ directly, like ``AIRFLOW_CONFIG``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import msgspec
+
+from spawnflow.bootstrap.errors import UserError
 
 APP_NAME = "spawnflow"
 CONFIG_FILE_NAME = "spawnflow.toml"
@@ -66,3 +70,53 @@ def locate(environ: Mapping[str, str] | None = None) -> Locations:
         data_dir=data_dir,
         log_dir=log_dir,
     )
+
+
+#: Longest id kept readable in a folder name: with the hash, the three ids of an
+#: attempt log's path stay far below Windows' 260 characters.
+_READABLE = 32
+_SAFE_EVERYWHERE = re.compile(r"[a-z0-9_.-]+")
+
+
+def folder_name(key: str, value: str) -> str:
+    """``key=value`` as a folder name that names one thing on every OS.
+
+    ``value`` is kept as it is when it is safe everywhere: lowercase letters, digits,
+    ``_``, ``-`` and ``.``, not ending in ``.``, at most 32 characters. Otherwise other
+    characters become ``_``, the text is cut to 32, and ``~`` with 8 hex digits of the
+    value's hash tells apart values that would meet on disk: ``ETL`` and ``etl`` on a
+    case-insensitive file system (macOS's and Windows' defaults), ``a.`` and ``a``
+    (Windows drops a trailing dot), ``a:b`` and ``a_b``, two long ids with one start.
+    """
+    if _SAFE_EVERYWHERE.fullmatch(value) and not value.endswith(".") and len(value) <= _READABLE:
+        return f"{key}={value}"
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "_", value)[:_READABLE].rstrip(".")
+    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:8]
+    return f"{key}={readable}~{digest}"
+
+
+class FolderUnwritable(UserError):
+    """A folder spawnflow must write to cannot be written (read-only, full, not a folder)."""
+
+
+def require_writable_folder(folder: Path, what: str, setting: str | None = None) -> None:
+    """Create ``folder`` if needed and check that a file can be written in it.
+
+    Creating a file is the only check every OS answers truthfully: permission bits say
+    nothing on a read-only mount, to root, or under Windows ACLs.
+
+    Raises:
+        FolderUnwritable: one sentence naming the folder, why, and what to do.
+    """
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        instead = f" or set {setting} to one that is" if setting else ""
+        raise FolderUnwritable(
+            f"cannot write to the {what} {folder} ({error.strerror or type(error).__name__}); "
+            f"make it writable{instead}"
+        ) from None

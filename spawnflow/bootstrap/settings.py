@@ -86,6 +86,10 @@ class Settings:
     """
 
     __slots__ = ("_entries", "_index", "locations")
+    # Declared so that reading them does not fall through to __getattr__ (a section).
+    _entries: tuple[Entry, ...]
+    _index: dict[tuple[str, str], Entry]
+    locations: Locations
 
     def __init__(self, entries: Iterable[Entry], locations: Locations):
         entries = tuple(entries)

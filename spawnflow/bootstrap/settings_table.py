@@ -68,6 +68,25 @@ def _integer(minimum: int) -> Kind:
     return Kind("integer", allowed, parse)
 
 
+def _children(what: str) -> Kind:
+    """A number of child processes one parent watches in one wait (a channel and a
+    sentinel each), bounded where the OS bounds such a wait (Windows: 63 objects)."""
+    whole = _integer(1)
+
+    def parse(raw: Any, context: Context) -> int:
+        count = whole.parse(raw, context)
+        most = context.platform.children_per_wait()
+        if most is not None and count > most:
+            raise InvalidValue(
+                f"a whole number from 1 to {most}",
+                reason=f"{context.platform.display_name} waits on at most "
+                f"{context.platform.wait_limit} objects at once, two per {what}",
+            )
+        return count
+
+    return Kind("integer", whole.allowed, parse)
+
+
 def _seconds(minimum: float, maximum: float = 7 * 24 * 3600) -> Kind:
     allowed = f"a number of seconds from {minimum:g} to {maximum:g}"
 
@@ -216,6 +235,28 @@ def hide_password(url: Any) -> str:
     return re.sub(r"^([^:/]+://[^:/@]*:)[^@/]*@", r"\1***@", str(url))
 
 
+def _parse_host(raw: Any, _: Context) -> str:
+    text = str(raw).strip()
+    if any(c.isspace() for c in text) or "/" in text:
+        raise InvalidValue("a host name or IP address, or empty for none")
+    return text
+
+
+HOST = Kind("host", "a host name or IP address, or empty for none", _parse_host)
+
+
+def _parse_metric_prefix(raw: Any, _: Context) -> str:
+    text = str(raw).strip()
+    if not re.fullmatch(r"[A-Za-z0-9_.-]*", text):
+        raise InvalidValue(METRIC_PREFIX.allowed)
+    return text
+
+
+METRIC_PREFIX = Kind(
+    "metric prefix", "letters, digits, '_', '-' and '.', or empty for none", _parse_metric_prefix
+)
+
+
 def _parse_database_url(raw: Any, _: Context) -> str:
     from urllib.parse import urlsplit
 
@@ -276,6 +317,7 @@ SECTIONS = {
     "executor": "The executor and its workers.",
     "triggerer": "The triggerer.",
     "xcom": "Where XCom values are kept, and the per-task helper process of other backends.",
+    "metrics": "Where the scheduler's metrics go (StatsD), if anywhere.",
 }
 
 #: The components whose children may use a start method of their own (law 2).
@@ -288,8 +330,8 @@ def _component_method(component: str) -> Option:
         "mp_start_method",
         _start_method(optional=True),
         None,
-        f"Start method for the children of the {component.replace('_', ' ')}; "
-        "empty means [core] mp_start_method.",
+        f"Start method of the {component.replace('_', ' ')}'s processes (which roles: "
+        "`spawnflow info`); empty means [core] mp_start_method.",
     )
 
 
@@ -335,7 +377,8 @@ OPTIONS: tuple[Option, ...] = (
         "max_xcom_size",
         _integer(1),
         1_048_576,
-        "Largest XCom value, in bytes of its JSON form.",
+        "Largest XCom value, in bytes of its JSON form, whichever backend keeps it: a "
+        "larger push fails, and so does a larger value a backend gives back.",
     ),
     Option(
         "core",
@@ -351,6 +394,15 @@ OPTIONS: tuple[Option, ...] = (
         _seconds(0),
         10.0,
         "Seconds a warm stop waits for a process tree to finish before killing it.",
+    ),
+    Option(
+        "core",
+        "child_boot_timeout",
+        _seconds(1),
+        120.0,
+        "Seconds a child process may take from its launch until it reports ready (starting "
+        "an interpreter and importing, under spawn on a busy machine). Every other budget "
+        "(parse, call and execution timeouts) starts when the child is ready.",
     ),
     Option(
         "database",
@@ -373,6 +425,14 @@ OPTIONS: tuple[Option, ...] = (
         _seconds(0),
         30.0,
         "Seconds SQLite waits for a lock held by another process.",
+    ),
+    Option(
+        "database",
+        "outage_tolerance",
+        _seconds(0),
+        300.0,
+        "Seconds a process keeps retrying while the database is out of reach (a restart, a "
+        "failover, a network blip) before it gives up with an error; 0 gives up at once.",
     ),
     Option(
         "logging",
@@ -407,6 +467,23 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "scheduler",
+        "max_partition_evaluations_per_loop",
+        _integer(1),
+        500,
+        "Wake requests one scheduler loop answers at most, evaluating the asset-driven "
+        "pending runs they name; the rest wait for the next loops, oldest first.",
+    ),
+    Option(
+        "scheduler",
+        "asset_partition_resync_interval",
+        _seconds(1),
+        3600.0,
+        "Seconds between two resync passes over every asset-driven pending run (one also "
+        "runs at start-up): the safety net for an event written without its wake request. "
+        "A pass takes at most a tenth of each loop's evaluations while it has work.",
+    ),
+    Option(
+        "scheduler",
         "job_heartbeat_timeout",
         _seconds(1),
         30.0,
@@ -415,9 +492,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "executor",
         "parallelism",
-        _integer(1),
+        _children("worker process"),
         4,
-        "Worker processes of the local executor; each supervises one task at a time.",
+        "Worker processes of the local executor; each supervises one task at a time "
+        "(at most 31 on Windows).",
     ),
     Option(
         "executor",
@@ -429,16 +507,17 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "dag_processor",
         "parsing_processes",
-        _integer(1),
+        _children("parsing process"),
         2,
-        "Dag files parsed at the same time, each in its own child process.",
+        "Dag files parsed at the same time, each in its own process (at most 31 on Windows).",
     ),
     Option(
         "dag_processor",
         "file_parsing_timeout",
         _seconds(0.1),
         30.0,
-        "Seconds a file may take to parse before its process tree is stopped.",
+        "Seconds a file may take to parse, counted from when its parser is ready (never "
+        "its boot), before its process tree is stopped.",
     ),
     Option(
         "dag_processor",
@@ -488,9 +567,27 @@ OPTIONS: tuple[Option, ...] = (
         "helper_call_timeout",
         _seconds(0.1),
         60.0,
-        "Seconds one backend call may take in the XCom helper before the helper is killed.",
+        "Seconds one backend call may take in the XCom helper, counted from when it is sent "
+        "(loading the backend: from when the helper is ready), before the helper is killed.",
+    ),
+    Option(
+        "metrics",
+        "statsd_host",
+        HOST,
+        "",
+        "Send metrics to the StatsD server on this host (UDP; needs the `statsd` extra); "
+        "empty: metrics are kept in memory only.",
+    ),
+    Option("metrics", "statsd_port", _integer(1), 8125, "The StatsD server's UDP port."),
+    Option(
+        "metrics",
+        "statsd_prefix",
+        METRIC_PREFIX,
+        "spawnflow",
+        "The prefix of every metric's name.",
     ),
 )
+
 
 _DEFAULT_DESCRIPTIONS = {
     "core.mp_start_method": "forkserver on Linux, spawn on macOS and Windows",

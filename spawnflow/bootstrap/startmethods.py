@@ -1,12 +1,14 @@
 """Start methods: which exist here, which one each component uses (law 2).
 
 Nothing in spawnflow calls ``set_start_method`` or uses a library default (the
-``multiprocess`` package defaults to fork even on macOS). Each component asks
-:func:`for_component`, and the launcher builds a context with :func:`context`.
+``multiprocess`` package defaults to fork even on macOS). The launcher starts a child of
+a role with the method of the component the role belongs to (:data:`ROLE_COMPONENTS`,
+:func:`for_role`) and builds a context for it with :func:`context`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from spawnflow.bootstrap import platform as platforms
@@ -26,8 +28,50 @@ FORKSERVER_PRELOAD = (
 )
 
 
+#: Which component's ``mp_start_method`` starts a process of each role: a component's
+#: own process (when ``spawnflow standalone`` starts it) and the children it starts.
+#: A role not listed (probes, commands' helpers) uses ``[core] mp_start_method``.
+ROLE_COMPONENTS = {
+    "dag-processor": "dag_processor",
+    "file-parser": "dag_processor",
+    "scheduler": "scheduler",
+    "executor-worker": "executor",
+    "task": "executor",
+    "xcom-helper": "executor",
+    "triggerer": "triggerer",
+}
+
+
+def for_role(settings: Settings, role: str) -> tuple[str, Source]:
+    """The start method of a process of ``role`` (see :data:`ROLE_COMPONENTS`)."""
+    return for_component(settings, ROLE_COMPONENTS.get(role))
+
+
 class StartMethodUnavailable(UserError, ValueError):
     """The configured start method does not exist on this OS."""
+
+
+class ForkUnsafeWarning(RuntimeWarning):
+    """fork was chosen on an OS where it exists but is unsafe (macOS)."""
+
+
+def warn_if_unsafe(method: str, platform: platforms.Platform | None = None) -> None:
+    """Warn (once per process and place) when ``method`` is fork where fork is unsafe.
+
+    For the configured method only: a command that tries fork on purpose (``dags check``,
+    ``doctor``) says so itself.
+    """
+    platform = platform or platforms.current()
+    if method == "fork" and platform.fork_unsafe:
+        import warnings
+
+        warnings.warn(
+            f"start method 'fork' on {platform.display_name}: a forked child can crash or "
+            "deadlock once a system framework in its parent has started a thread; spawn, "
+            "the default there, cannot ([core] mp_start_method)",
+            ForkUnsafeWarning,
+            stacklevel=3,
+        )
 
 
 def available(platform: platforms.Platform | None = None) -> tuple[str, ...]:
@@ -41,10 +85,16 @@ def default(platform: platforms.Platform | None = None) -> str:
 
 
 def for_component(settings: Settings, component: str | None = None) -> tuple[str, Source]:
-    """The start method for ``component``'s children and the source of that choice.
+    """The start method of ``component``'s processes and the source of that choice.
 
     ``[component] mp_start_method`` wins when set; otherwise ``[core] mp_start_method``.
     """
+    method, source = _configured(settings, component)
+    warn_if_unsafe(method)
+    return method, source
+
+
+def _configured(settings: Settings, component: str | None) -> tuple[str, Source]:
     if component is not None:
         if component not in COMPONENTS:
             raise ValueError(f"unknown component {component!r}; known: {', '.join(COMPONENTS)}")
@@ -79,13 +129,11 @@ def release_forkserver() -> None:
     the process that launched the child dies, its forkserver must go, so that the
     child is told (its parent, the forkserver, died) and no orphan survives.
     """
-    import os
-
     import multiprocess.forkserver as forkserver
 
     server = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
+    if server is not None and fd is not None:
         try:
             os.close(fd)
         except OSError:
@@ -101,4 +149,45 @@ def context(method: str):
     if method == "forkserver":
         # A hint that takes effect when this process first starts its forkserver.
         ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+        _fit_forkserver_socket()
     return ctx
+
+
+#: What multiprocess adds to its temporary folder for the forkserver's socket:
+#: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
+_SOCKET_SUFFIX = 32
+
+
+def _fit_forkserver_socket() -> None:
+    """Make sure the forkserver's socket path fits the OS's AF_UNIX limit.
+
+    multiprocess puts the socket in a folder under ``TMPDIR``; a long ``TMPDIR`` (macOS
+    gives each user one under ``/var/folders``; CI runners and HPC jobs set deep ones)
+    makes the path longer than ``sun_path`` and the forkserver fails with a bare
+    ``AF_UNIX path too long``. As CPython 3.14 does, use a folder under ``/tmp`` then.
+    """
+    import tempfile
+
+    from multiprocess import process, util
+
+    limit = platforms.current().unix_path_max
+    config = process.current_process()._config
+    if limit is None or config.get("tempdir") is not None:
+        return  # no limit, or the folder is chosen (and the forkserver maybe started)
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + _SOCKET_SUFFIX <= limit:
+        return
+    fallback = "/tmp"
+    try:
+        folder = tempfile.mkdtemp(prefix="pymp-", dir=fallback)
+    except OSError as error:
+        raise StartMethodUnavailable(
+            f"the forkserver's socket would be too long for {platforms.current().display_name} "
+            f"under the temporary folder {base!r} (TMPDIR), and {fallback} is not usable "
+            f"({error.strerror}); set TMPDIR to a shorter folder or use the spawn start method"
+        ) from None
+    import shutil
+
+    # What multiprocess itself does for the folder it makes: remove it at exit.
+    util.Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, folder), exitpriority=-100)
+    config["tempdir"] = folder

@@ -18,7 +18,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 import msgspec
 
@@ -54,7 +54,11 @@ def _explain(data: bytes, error: msgspec.DecodeError) -> str:
 
 
 class Message(msgspec.Struct, tag=True, frozen=True, kw_only=True):
-    """Base of every message; subclasses register themselves for decoding."""
+    """Base of every message; subclasses register themselves for decoding.
+
+    Subclasses repeat ``frozen=True``: msgspec inherits it anyway, but type checkers
+    treat a subclass without it as a non-frozen dataclass deriving from a frozen one.
+    """
 
     _registry: ClassVar[list[type[Message]]] = []
 
@@ -73,26 +77,26 @@ class Message(msgspec.Struct, tag=True, frozen=True, kw_only=True):
         _Codec.decoder = None
 
 
-class Request(Message):
+class Request(Message, frozen=True):
     """A message that expects exactly one :class:`Response` carrying the same ``id``."""
 
     id: int
 
 
-class Response(Message):
+class Response(Message, frozen=True):
     """The answer to the request with the same ``id``."""
 
     id: int
 
 
-class ErrorResponse(Response):
+class ErrorResponse(Response, frozen=True):
     """A request failed; ``kind`` is a stable code the caller can branch on."""
 
     kind: str
     message: str
 
 
-class Ready(Message):
+class Ready(Message, frozen=True):
     """Sent by the child's bootstrap once it is ready to call its target."""
 
     pid: int
@@ -101,7 +105,7 @@ class Ready(Message):
     boot_seconds: float
 
 
-class BootFailed(Message):
+class BootFailed(Message, frozen=True):
     """Sent by the child's bootstrap when a boot stage failed; the child then exits."""
 
     pid: int
@@ -109,6 +113,9 @@ class BootFailed(Message):
     stage: str
     error: str
     message: str
+
+
+_M = TypeVar("_M", bound=Message)
 
 
 class Channel:
@@ -171,7 +178,7 @@ class Channel:
             raise TimeoutError(f"no message within {timeout:g} seconds")
         return found
 
-    def _take(self, pick: Callable[[], Message | None], timeout: float | None) -> Message | None:
+    def _take(self, pick: Callable[[], _M | None], timeout: float | None) -> _M | None:
         """Wait until ``pick()`` (called under the lock) finds something; None on timeout.
 
         One thread at a time reads the connection and files each message where it

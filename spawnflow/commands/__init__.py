@@ -8,6 +8,8 @@ non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from spawnflow import __version__
@@ -23,10 +25,22 @@ class SpawnflowGroup(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as error:
-            message = str(error).strip()
-            if not message.endswith((".", "?", "!")):
-                message += "."
-            raise click.ClickException(message[:1].upper() + message[1:]) from None
+            raise click.ClickException(_sentence(str(error))) from None
+        except Exception as error:
+            # A database that refuses (read-only, out of reach): one sentence, no traceback.
+            sqlalchemy = sys.modules.get("sqlalchemy")
+            if sqlalchemy is not None and isinstance(error, sqlalchemy.exc.SQLAlchemyError):
+                from spawnflow.bootstrap import outage
+
+                raise click.ClickException(_sentence(outage.explain(error))) from None
+            raise
+
+
+def _sentence(text: str) -> str:
+    message = text.strip()
+    if not message.endswith((".", "?", "!")):
+        message += "."
+    return message[:1].upper() + message[1:]
 
 
 def _setting_flags(function):
@@ -68,6 +82,7 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 
 def _register() -> None:
     from spawnflow.commands import (
+        assets,
         config,
         connections,
         dag_processor,
@@ -95,6 +110,7 @@ def _register() -> None:
     cli.add_command(variables.variables_group)
     cli.add_command(connections.connections_group)
     cli.add_command(xcom.xcom_group)
+    cli.add_command(assets.assets_group)
 
 
 _register()

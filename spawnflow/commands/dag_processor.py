@@ -20,14 +20,15 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
     from spawnflow.bootstrap import lifecycle, logs
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 
-    settings = state.database()
+    settings = state.settings()
     logs.configure(
         "dag-processor",
         level=settings.logging.level,
         log_file=logs.role_log_file(settings.logging.base_log_folder, "dag-processor"),
         console=True,
         console_level=None if state.verbose else "WARNING",
-    )
+    )  # first: waiting out an outage at start-up is logged
+    state.ready_to_work()
     lifecycle.install()
     lifecycle.defer_warm_stop()
     manager = DagFileProcessorManager(settings)
@@ -35,7 +36,7 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
         summaries = manager.run(once=once, num_runs=num_runs)
     except lifecycle.WarmStop:
         click.echo("Stopped.", err=True)
-        raise click.exceptions.Exit(130) from None
+        raise click.exceptions.Exit(lifecycle.signal_exit_code() or 130) from None
     if summaries:
         last = summaries[-1]
         parsed = sum(s.parsed for s in summaries)
@@ -45,3 +46,6 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
         )
         for path, error in sorted(last.errors.items()):
             click.echo(f"{path}: {error.splitlines()[-1]}", err=True)
+    stopped_by = lifecycle.signal_exit_code()
+    if stopped_by is not None:  # stopped warm: as shells expect after a signal
+        raise click.exceptions.Exit(stopped_by)

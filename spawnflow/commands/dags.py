@@ -220,9 +220,10 @@ def test_command(state: State, dag_id: str, conf: str | None) -> None:
     """Run DAG_ID once, now, through real task processes, with live progress and a summary.
     Parses the Dag files first if the Dag is not known yet."""
     from spawnflow.commands.runs import when
+    from spawnflow.comms.states import DagRunState
     from spawnflow.services import testing
 
-    settings = state.database()
+    settings = state.ready_to_work()
 
     def progress(task_id: str, task_state: str, reason: str | None) -> None:
         click.echo(f"  {task_id}: {task_state}" + (f" ({reason})" if reason else ""))
@@ -234,5 +235,5 @@ def test_command(state: State, dag_id: str, conf: str | None) -> None:
     click.echo(
         f"Run {run.run_id!r}: {run.state} ({when(run.start_date)} to {when(run.end_date)} UTC)"
     )
-    if run.state != "success":
+    if run.state != DagRunState.SUCCESS:
         raise click.exceptions.Exit(1)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from spawnflow.commands.state import State, pass_state
+from spawnflow.commands.state import State, pass_state, require_writable_logs, wait_for_database
 
 
 def _console_logging(state: State, role: str):
@@ -22,8 +22,10 @@ def _console_logging(state: State, role: str):
 
 @click.command("scheduler", short_help="Create Dag runs and run their tasks.")
 @click.option("--num-loops", type=click.IntRange(min=1), help="Stop after this many loops.")
+@click.option("--exit-when-idle", is_flag=True,
+              help="Exit once no Dag run is due or active and no task runs.")  # fmt: skip
 @pass_state
-def scheduler_command(state: State, num_loops: int | None) -> None:
+def scheduler_command(state: State, num_loops: int | None, exit_when_idle: bool) -> None:
     """Run the scheduler with its local executor: it creates Dag runs from schedules and
     runs their tasks in worker processes under the configured start methods.
 
@@ -32,14 +34,24 @@ def scheduler_command(state: State, num_loops: int | None) -> None:
     from spawnflow.bootstrap import lifecycle
     from spawnflow.processors.scheduler.job import Scheduler
 
-    settings = state.database()
-    _console_logging(state, "scheduler")
+    _console_logging(state, "scheduler")  # first: waiting out an outage is logged
+    settings = state.ready_to_work()
     lifecycle.install()
     lifecycle.defer_warm_stop()
+    idle = [False]
+
+    def note(summary) -> None:
+        idle[0] = summary.idle
+
     try:
-        Scheduler(settings).run(num_loops=num_loops)
-    except lifecycle.WarmStop:
-        raise click.exceptions.Exit(130) from None
+        Scheduler(settings, on_loop=note).run(
+            num_loops=num_loops, until=(lambda: idle[0]) if exit_when_idle else None
+        )
+    except lifecycle.WarmStop:  # a second stop request: stopped at once
+        raise click.exceptions.Exit(lifecycle.signal_exit_code() or 130) from None
+    stopped_by = lifecycle.signal_exit_code()
+    if stopped_by is not None:  # stopped warm: as shells expect after a signal
+        raise click.exceptions.Exit(stopped_by)
 
 
 @click.command("standalone", short_help="Run the Dag processor and the scheduler together.")
@@ -53,19 +65,23 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     Ctrl-C or SIGTERM stops the whole process tree (warm); a second Ctrl-C stops it
     at once."""
     from spawnflow import xcoms
-    from spawnflow.bootstrap import lifecycle
+    from spawnflow.bootstrap import lifecycle, orm
     from spawnflow.models import schema
     from spawnflow.services import standalone
 
     settings = state.settings()
     xcom_backend = xcoms.check(settings)  # a backend that cannot load stops us here
+    _console_logging(state, "standalone")  # first: waiting out an outage is logged
+    require_writable_logs(settings)
+    wait_for_database(create=True)
+    orm.require_writable()
     before, after = schema.migrate()
-    _console_logging(state, "standalone")
+    dags_folder = _dags_folder(settings)
     click.echo(f"spawnflow standalone, start method {settings.core.mp_start_method}")
     click.echo(
         f"Database: {after.describe()}" + (" (migrated now)" if before != after.current else "")
     )
-    click.echo(f"Dags:     {settings.core.dags_folder}")
+    click.echo(f"Dags:     {dags_folder}")
     click.echo(f"Logs:     {settings.logging.base_log_folder}")
     if not xcom_backend.is_database:
         where = ", through a helper process per task" if xcom_backend.in_helper else ""
@@ -86,3 +102,16 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     click.echo(f"Done: {outcome.reason}.")
     if outcome.exit_code:
         raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _dags_folder(settings) -> str:
+    """The Dags folder, made now if it is the default one and missing (as a fresh
+    ``standalone`` needs); a configured one that is missing stays a warning of the
+    Dag processor's, since making it would hide a typo."""
+    from spawnflow.bootstrap import paths
+
+    folder = settings.core.dags_folder
+    if settings.source("core", "dags_folder").layer != "default" or folder.is_dir():
+        return str(folder)
+    paths.require_writable_folder(folder, "Dags folder", "[core] dags_folder")
+    return f"{folder} (made now)"

@@ -62,5 +62,37 @@ class State:
         schema.require_current()
         return snapshot
 
+    def ready_to_work(self) -> Settings:
+        """The settings, once a command that runs for long (scheduler, dag-processor,
+        dags test) has what it needs, checked before any child starts: a logs folder
+        and a database it can write, and the database reachable (a server restarting
+        meanwhile is waited for, up to ``[database] outage_tolerance``) and migrated.
+        """
+        from spawnflow.bootstrap import orm
+        from spawnflow.models import schema
+
+        snapshot = self.settings()
+        require_writable_logs(snapshot)
+        wait_for_database()
+        orm.require_writable()
+        schema.require_current()
+        return snapshot
+
+
+def require_writable_logs(snapshot: Settings) -> None:
+    """One sentence, before any child starts, if the logs folder cannot be written."""
+    from spawnflow.bootstrap import paths
+
+    paths.require_writable_folder(
+        snapshot.logging.base_log_folder, "logs folder", "[logging] base_log_folder"
+    )
+
+
+def wait_for_database(*, create: bool = False) -> None:
+    """Connect once, riding out an outage of up to ``[database] outage_tolerance``."""
+    from spawnflow.bootstrap import orm, outage
+
+    outage.ride_out(lambda: orm.ping(create=create), what="connecting at start-up")
+
 
 pass_state = click.make_pass_decorator(State)

@@ -24,6 +24,7 @@ def tasks_group() -> None:
 def test_command(state: State, dag_id: str, task_id: str) -> None:
     """Run one task once in a task process (under the executor's start method), ignoring its
     dependencies and writing nothing to the database; show its log and its XComs."""
+    from spawnflow.comms.states import TaskState
     from spawnflow.sdk import xcom
     from spawnflow.services import runs, testing
 
@@ -36,7 +37,7 @@ def test_command(state: State, dag_id: str, task_id: str) -> None:
     click.echo(
         f"Task {task_id!r}: {result.state}" + (f" ({result.reason})" if result.reason else "")
     )
-    if result.state != "success":
+    if result.state != TaskState.SUCCESS:
         raise click.exceptions.Exit(1)
 
 
@@ -68,7 +69,7 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
                  follow: bool) -> None:  # fmt: skip
     """Print the log of one try of a task: its own log lines, its stdout and stderr, and what
     its supervisor did."""
-    from spawnflow.models.run import TaskState
+    from spawnflow.comms.states import TaskState
     from spawnflow.services import runs
 
     settings = state.database()
@@ -103,8 +104,12 @@ def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, .
     state.database()
     cleared = runs.clear(dag_id, run_id, list(task_ids))
     click.echo(f"Cleared {', '.join(cleared)}.")
-    for failure in cleared.purge_failures:
-        click.echo(f"Warning: a stored XCom value was not deleted: {failure}", err=True)
+    if cleared.purge_failures:
+        raise UserError(
+            f"the task instances were cleared, but the XCom backend could not delete "
+            f"{len(cleared.purge_failures)} stored value(s), left in place: "
+            + "; ".join(cleared.purge_failures)
+        )
 
 
 @tasks_group.command("mark-failed", short_help="Fail a task instance now.")

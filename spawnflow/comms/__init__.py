@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 
-class ProbeReport(Message):
+class ProbeReport(Message, frozen=True):
     """What a doctor probe child found about itself (see ``spawnflow doctor``)."""
 
     pid: int
@@ -39,7 +39,7 @@ class ProbeReport(Message):
     modules: list[str]
 
 
-class ResourceReport(Message):
+class ResourceReport(Message, frozen=True):
     """A process's own view of its resources (benchmarks and health checks)."""
 
     pid: int
@@ -47,7 +47,7 @@ class ResourceReport(Message):
     modules: int
 
 
-class ComponentStatus(Message):
+class ComponentStatus(Message, frozen=True):
     """A long-running component's news for its parent (``spawnflow standalone``)."""
 
     role: str

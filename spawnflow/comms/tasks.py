@@ -8,7 +8,6 @@ from typing import Any
 import msgspec
 
 from spawnflow.bootstrap.wire import Message, Request, Response
-from spawnflow.sdk.connections import Connection
 
 
 class Workload(msgspec.Struct, frozen=True):
@@ -32,64 +31,94 @@ class Workload(msgspec.Struct, frozen=True):
     execution_timeout: float | None
     retry_delay: float
     log_file: str
+    #: URIs of the assets the task updates when it succeeds.
+    outlets: list[str] = msgspec.field(default_factory=list)
+    #: The run's partition, for a partition-driven run.
+    partition_key: str | None = None
+    #: The asset events that triggered the run, by asset URI (an asset-triggered run).
+    triggering_asset_events: dict[str, list[dict[str, Any]]] = msgspec.field(default_factory=dict)
 
 
 # -- scheduler (executor) and worker ---------------------------------------------------
 
 
-class RunTask(Request):
+class RunTask(Request, frozen=True):
     """Run this try of a task; answered with TaskFinished once it has ended."""
 
     workload: Workload
 
 
-class TaskFinished(Response):
+class TaskFinished(Response, frozen=True):
     ti_id: int
     state: str
+
+
+class WorkerAlive(Message, frozen=True):
+    """Sent by an executor worker every heartbeat interval, idle or busy: its loop turns."""
 
 
 # -- task process and its supervisor -------------------------------------------------
 
 
-class XComPull(Request):
+class XComPull(Request, frozen=True):
     """The value another task of this run pushed under ``key``."""
 
     task_id: str
     key: str
 
 
-class XComValue(Response):
+class XComValue(Response, frozen=True):
     #: The JSON text of the value (see ``spawnflow.sdk.xcom``); None if nothing was pushed.
     value: str | None
 
 
-class XComPush(Request):
+class XComPush(Request, frozen=True):
     key: str
     value: str
 
 
-class Done(Response):
+class Done(Response, frozen=True):
     """A request that has nothing to answer succeeded."""
 
 
-class GetVariable(Request):
+class GetVariable(Request, frozen=True):
     key: str
 
 
-class VariableValue(Response):
+class VariableValue(Response, frozen=True):
     value: str | None
 
 
-class GetConnection(Request):
+class ConnectionData(msgspec.Struct, frozen=True):
+    """A Connection's fields, as they cross the wire (``spawnflow.sdk.Connection`` adds
+    the task-side ``get``)."""
+
+    conn_id: str
+    conn_type: str
+    host: str | None = None
+    port: int | None = None
+    login: str | None = None
+    password: str | None = None
+    schema: str | None = None
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __repr__(self) -> str:  # the password stays out of logs and tracebacks
+        shown = "***" if self.password else None
+        return (f"Connection(conn_id={self.conn_id!r}, conn_type={self.conn_type!r}, "
+                f"host={self.host!r}, port={self.port!r}, login={self.login!r}, "
+                f"password={shown!r}, schema={self.schema!r})")  # fmt: skip
+
+
+class GetConnection(Request, frozen=True):
     conn_id: str
 
 
-class ConnectionValue(Response):
+class ConnectionValue(Response, frozen=True):
     #: None if there is no such Connection.
-    connection: Connection | None
+    connection: ConnectionData | None
 
 
-class TaskOutcome(Message):
+class TaskOutcome(Message, frozen=True):
     """Sent by the task process as its last word."""
 
     state: str  # "success" or "failed"

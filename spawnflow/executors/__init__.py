@@ -9,7 +9,6 @@ machine; a distributed one could put the same workloads on a queue.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from spawnflow.comms.tasks import Workload
 
@@ -47,6 +46,11 @@ class BaseExecutor:
         """How many workloads it runs now."""
         raise NotImplementedError
 
+    def holds(self) -> set[int]:
+        """The task instance ids of the workloads it was given and has not yet reported
+        ended or lost."""
+        raise NotImplementedError
+
     def request_stop(self) -> None:
         """Warm stop: take nothing new, let what runs finish (without waiting for it)."""
 
@@ -54,9 +58,13 @@ class BaseExecutor:
         """What happened since the last call (never blocks)."""
         raise NotImplementedError
 
-    def wait_objects(self) -> list[Any]:
-        """Objects for ``multiprocess.connection.wait`` that become ready on an event."""
-        return []
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for something to happen (then see :meth:`events`)."""
+        import time
 
-    def end(self, grace: float | None = None) -> None:
+        time.sleep(timeout)
+
+    def end(self, grace: float | None = None) -> list[Workload]:
+        """Stop: warm, then cold after ``grace`` seconds. Returns the workloads that
+        were still running (their supervisors are gone; what they wrote stands)."""
         raise NotImplementedError

@@ -1,19 +1,36 @@
 """The local executor: ``[executor] parallelism`` long-lived worker processes.
 
-Workers are launched by the launcher with the executor's start method and each
-supervises one task at a time. A worker that dies is replaced; the task it ran is
-reported lost, and the scheduler fails it (or retries it) with the reason.
+Workers are launched by the launcher under the executor's start method; each
+supervises one task at a time and says it is alive every heartbeat interval. One
+:class:`~spawnflow.bootstrap.watch.Watch` services them all: a worker that dies, or
+stops answering for ``[scheduler] task_heartbeat_timeout`` (stopped warm, then cold),
+is replaced, and the task it ran is reported lost with the reason, for the scheduler
+to fail or retry it. A task's end is matched to the request that asked for it by id.
 """
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from spawnflow.bootstrap import launcher, logs
-from spawnflow.bootstrap.child import stop_many
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap.child import ChildBootError, ExitStatus, stop_many
+from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
-from spawnflow.comms.tasks import RunTask, TaskFinished, Workload
+from spawnflow.bootstrap.watch import Watch, Watched
+from spawnflow.comms.tasks import RunTask, TaskFinished, WorkerAlive, Workload
 from spawnflow.executors import BaseExecutor, TaskEnded, WorkerLost
 
+if TYPE_CHECKING:
+    from spawnflow.xcoms import BackendChoice
+
 TARGET = "spawnflow.processors.worker.worker:run"
+#: Workers that fail to boot one after the other before the executor gives up.
+MAX_BOOT_FAILURES = 3
+#: Seconds before the first replacement of a worker that could not boot; it doubles
+#: with each failure in a row.
+BOOT_RETRY_DELAY = 1.0
 
 log = logs.get_logger("spawnflow.executor")
 
@@ -21,45 +38,78 @@ log = logs.get_logger("spawnflow.executor")
 class LocalExecutor(BaseExecutor):
     """Runs workloads in worker processes; constructing one starts nothing."""
 
-    def __init__(self, settings: Settings, *, method: str | None = None,
-                 parallelism: int | None = None):  # fmt: skip
+    def __init__(self, settings: Settings, *, parallelism: int | None = None):
         self.settings = settings
-        self.method = method
         self.parallelism = parallelism or settings.executor.parallelism
+        most = platforms.current().children_per_wait()
+        if most is not None and self.parallelism > most:
+            raise UserError(
+                f"the local executor can run at most {most} workers on "
+                f"{platforms.current().display_name}, not {self.parallelism}: the scheduler "
+                "waits on each worker's channel and sentinel at once"
+            )
+        self.watch = Watch()
         self.workers: list[launcher.Child] = []
         #: What each busy worker runs: (request id, workload).
         self.busy: dict[int, tuple[int, Workload]] = {}
+        #: When each worker last said anything (monotonic seconds).
+        self.heard: dict[int, float] = {}
+        #: Why a worker is being stopped (it stopped answering), by pid.
+        self.hung: dict[int, str] = {}
         self.replaced = 0
+        #: Workers in a row that could not boot, and when the next one may be launched.
+        self.boot_failures = 0
+        self._relaunch_at: list[float] = []
         self.stopping = False
+        self._events: list[WorkerLost | TaskEnded] = []
         #: The XCom backend's routing, checked once at start (see spawnflow.xcoms.check).
-        self.xcom_backend = None
+        self.xcom_backend: BackendChoice | None = None
 
     def start(self) -> None:
         from spawnflow import xcoms
 
         # In a helper child: the backend's modules never enter this process or, through
         # a fork, the workers. A backend that cannot load is a UserError here, at start.
-        self.xcom_backend = xcoms.check(self.settings, method=self.method)
-        self.workers = [self._launch() for _ in range(self.parallelism)]
-        for worker in self.workers:
-            worker.wait_ready(timeout=120)
+        self.xcom_backend = xcoms.check(self.settings)
+        for _ in range(self.parallelism):
+            self._launch()
+        self.watch.every(self.settings.executor.heartbeat_interval, self._tend_workers)
+        self.watch.until(
+            lambda: (
+                not self._relaunch_at
+                and len(self.workers) == self.parallelism
+                and all(w.ready is not None for w in self.workers)
+            )
+        )
 
-    def _launch(self) -> launcher.Child:
+    def _launch(self) -> None:
         spec = launcher.ChildSpec(
-            "executor-worker", TARGET,
-            {"method": self.method, "xcom_backend": self.xcom_backend}, settings=self.settings,
+            "executor-worker", TARGET, {"xcom_backend": self.xcom_backend},
+            settings=self.settings,
             warm_stop_group=False,  # the worker stops its task itself, after a grace period
         )  # fmt: skip
-        return launcher.launch(spec, method=self.method, component="executor")
+        worker = launcher.launch(spec)
+        self.workers.append(worker)
+        self.watch.add(
+            worker, on_ready=self._on_ready, on_message=self._on_message,
+            on_exit=self._on_exit, on_boot_failure=self._on_boot_failure,
+        )  # fmt: skip
 
     def _idle(self) -> list[launcher.Child]:
-        return [w for w in self.workers if w.pid not in self.busy and w.is_alive()]
+        return [
+            w for w in self.workers
+            if w.ready is not None and w.pid not in self.busy and w.pid not in self.hung
+            and w.exit_status is None
+        ]  # fmt: skip
 
     def free_slots(self) -> int:
         return 0 if self.stopping else len(self._idle())
 
     def running(self) -> int:
         return len(self.busy)
+
+    def holds(self) -> set[int]:
+        return {workload.ti_id for _, workload in self.busy.values()}
 
     def queue(self, workload: Workload) -> None:
         worker = self._idle()[0]
@@ -68,49 +118,102 @@ class LocalExecutor(BaseExecutor):
         try:
             worker.channel.send(request)
         except OSError:
-            # It died since free_slots(): events() finds it gone and reports the
+            # It died since free_slots(): the watch finds it gone and reports the
             # workload lost, and the scheduler schedules it again.
             log.warning("worker died before it got its task", pid=worker.pid)
 
     def request_stop(self) -> None:
         self.stopping = True
         for worker in self.workers:
-            if worker.is_alive():
+            if worker.exit_status is None:
                 worker.request_warm_stop()
 
+    def wait(self, timeout: float) -> None:
+        self.watch.wait(timeout)
+
     def events(self) -> list[WorkerLost | TaskEnded]:
-        found: list[WorkerLost | TaskEnded] = []
-        for worker in list(self.workers):
-            while worker.exit_status is None and worker.channel.poll():
-                try:
-                    message = worker.channel.recv()
-                except (EOFError, OSError):
-                    break
-                if isinstance(message, TaskFinished):
-                    self.busy.pop(worker.pid, None)
-                    found.append(TaskEnded(message.ti_id, message.state))
-            if not worker.is_alive():
-                status = worker.join(timeout=30)
-                busy = self.busy.pop(worker.pid, None)
-                how = f"its executor worker (pid {worker.pid}) {status.describe(meaning=False)}"
-                log.warning("worker died", pid=worker.pid, status=status.describe())
-                if busy is not None:
-                    found.append(WorkerLost(busy[1], how))
-                self.workers.remove(worker)
-                if self.stopping:
-                    continue
-                replacement = self._launch()
-                replacement.wait_ready(timeout=120)
-                self.workers.append(replacement)
-                self.replaced += 1
+        found, self._events = self._events, []
         return found
 
-    def wait_objects(self) -> list:
-        objects = []
-        for worker in self.workers:
-            objects += [worker.channel.connection, worker.sentinel]
-        return objects
-
-    def end(self, grace: float | None = None) -> None:
+    def end(self, grace: float | None = None) -> list[Workload]:
         stop_many(self.workers, grace)
         self.workers = []
+        cut_short = [workload for _, workload in self.busy.values()]
+        self.busy = {}
+        return cut_short
+
+    # -- what the watch reports -----------------------------------------------------
+
+    def _on_ready(self, watched: Watched) -> None:
+        self.boot_failures = 0
+        self.heard[watched.child.pid] = time.monotonic()  # its silence counts from here
+
+    def _on_boot_failure(self, watched: Watched, error: ChildBootError) -> None:
+        """A worker that could not boot: launch another after a pause that doubles with
+        each failure in a row (1 s, 2 s, …), unless they keep failing."""
+        self.workers.remove(watched.child)
+        if self.stopping:
+            return  # stopped while it booted: nothing to replace
+        self.boot_failures += 1
+        delay = BOOT_RETRY_DELAY * 2 ** (self.boot_failures - 1)
+        log.warning("worker could not boot", pid=watched.child.pid, error=str(error),
+                    failures_in_a_row=self.boot_failures, retry_seconds=delay)  # fmt: skip
+        if self.boot_failures >= MAX_BOOT_FAILURES:
+            raise error  # the settings or the machine are wrong: say so, do not loop
+        self._relaunch_at.append(time.monotonic() + delay)
+
+    def _tend_workers(self) -> None:
+        """Launch the replacements that are due, and find workers that hang."""
+        now = time.monotonic()
+        due = [at for at in self._relaunch_at if at <= now]
+        self._relaunch_at = [at for at in self._relaunch_at if at > now]
+        for _ in due:
+            if not self.stopping:
+                self._launch()
+        self._find_hung_workers()
+
+    def _on_message(self, watched: Watched, message: object) -> None:
+        worker = watched.child
+        self.heard[worker.pid] = time.monotonic()
+        if isinstance(message, TaskFinished):
+            sent = self.busy.get(worker.pid)
+            if sent is None or sent[0] != message.id:
+                log.warning("worker answered a request it was not running", pid=worker.pid,
+                            request_id=message.id)  # fmt: skip
+                return
+            del self.busy[worker.pid]
+            self._events.append(TaskEnded(message.ti_id, message.state))
+        elif not isinstance(message, WorkerAlive):
+            log.warning("worker sent an unexpected message", pid=worker.pid,
+                        message=type(message).__name__)  # fmt: skip
+
+    def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
+        worker = watched.child
+        how = self.hung.pop(worker.pid, None) or status.describe(meaning=False)
+        log.warning("worker ended", pid=worker.pid, status=status.describe())
+        busy = self.busy.pop(worker.pid, None)
+        if busy is not None:
+            self._events.append(
+                WorkerLost(busy[1], f"its executor worker (pid {worker.pid}) {how}")
+            )
+        self.workers.remove(worker)
+        self.heard.pop(worker.pid, None)
+        if not self.stopping:
+            self._launch()
+            self.replaced += 1
+
+    def _find_hung_workers(self) -> None:
+        """Stop workers that said nothing for [scheduler] task_heartbeat_timeout (a
+        stopped or deadlocked process): warm, then cold after the grace period."""
+        limit = self.settings.scheduler.task_heartbeat_timeout
+        now = time.monotonic()
+        for worker in self.workers:
+            heard = self.heard.get(worker.pid)
+            silent = 0.0 if heard is None else now - heard
+            if worker.pid in self.hung or heard is None or silent <= limit:
+                continue
+            self.hung[worker.pid] = f"stopped answering for {silent:.0f} s and was stopped"
+            log.warning("worker stopped answering; stopping it", pid=worker.pid,
+                        silent_seconds=round(silent, 1))  # fmt: skip
+            watched = next(w for w in self.watch.watched if w.child is worker)
+            watched.set_deadline(0)  # the watch stops it: warm, then cold after the grace

@@ -11,6 +11,7 @@ import datetime as dt
 from sqlalchemy import DateTime, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
+from spawnflow.comms.states import JobState
 from spawnflow.models.base import Base
 
 
@@ -25,7 +26,7 @@ class Job(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_type: Mapped[str] = mapped_column(String(40), index=True)
-    state: Mapped[str] = mapped_column(String(20), default="running")
+    state: Mapped[str] = mapped_column(String(20), default=JobState.RUNNING)
     hostname: Mapped[str] = mapped_column(String(255), default="")
     pid: Mapped[int] = mapped_column(Integer)
     start_date: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

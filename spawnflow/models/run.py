@@ -1,38 +1,32 @@
 """Dag runs, task instances and XComs: what the scheduler and the workers share.
 
-States are Airflow's. A task instance is keyed by a surrogate id and is unique per
-(run, task); the id is what crosses process boundaries in a workload.
+States are Airflow's (:mod:`spawnflow.comms.states`, re-exported here). A task
+instance is keyed by a surrogate id and is unique per (run, task); the id is what
+crosses process boundaries in a workload.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
+from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.models.base import Base, Identifier
 from spawnflow.models.dag import LongText
 from spawnflow.models.job import utcnow
 
-
-class DagRunState:
-    QUEUED, RUNNING, SUCCESS, FAILED = "queued", "running", "success", "failed"
-    FINISHED = (SUCCESS, FAILED)
-
-
-class TaskState:
-    NONE = "none"
-    SCHEDULED, QUEUED, RUNNING = "scheduled", "queued", "running"
-    SUCCESS, FAILED, UP_FOR_RETRY = "success", "failed", "up_for_retry"
-    UPSTREAM_FAILED, SKIPPED = "upstream_failed", "skipped"
-    #: Cleared while it ran: its supervisor stops the task process, then sets ``none``.
-    RESTARTING = "restarting"
-    #: Its task is no longer in the Dag (the file changed while the run was going).
-    REMOVED = "removed"
-    FINISHED = (SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED, REMOVED)
-    #: States in which a task process may exist.
-    ACTIVE = (QUEUED, RUNNING, RESTARTING)
+__all__ = ["Connection", "DagRun", "DagRunState", "TaskInstance", "TaskState", "Variable", "XCom"]
 
 
 class DagRun(Base):
@@ -50,6 +44,8 @@ class DagRun(Base):
     data_interval_start: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     data_interval_end: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     conf: Mapped[str] = mapped_column(Text, default="{}")
+    #: The partition a partition-driven run is for (see :mod:`spawnflow.models.assets`).
+    partition_key: Mapped[str | None] = mapped_column(String(250))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     start_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     end_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
@@ -103,6 +99,8 @@ class XCom(Base):
     key: Mapped[str] = mapped_column(Identifier)
     value: Mapped[str | None] = mapped_column(LongText)
     reference: Mapped[str | None] = mapped_column(Text)
+    #: Bytes of the value's JSON text (None in rows older than the column).
+    size: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

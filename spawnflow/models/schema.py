@@ -56,7 +56,9 @@ def _config(connection: Connection | None = None) -> Config:
 
 def head() -> str:
     """The newest revision in the code."""
-    return ScriptDirectory.from_config(_config()).get_current_head()
+    revision = ScriptDirectory.from_config(_config()).get_current_head()
+    assert revision is not None  # None only for a migrations folder without revisions
+    return revision
 
 
 def status(url: str | None = None) -> SchemaStatus:

@@ -44,9 +44,9 @@ def doctor_probe(
     grandchild_pid = 0
     if grandchild:
         spec = launcher.ChildSpec("doctor-probe", "spawnflow.processors.probe:wait_for_stop")
-        grandchild = launcher.launch(spec, method=method)
-        grandchild.wait_ready()
-        grandchild_pid = grandchild.pid
+        launched = launcher.launch(spec, method=method)
+        launched.wait_ready()
+        grandchild_pid = launched.pid
     channel.send(
         ProbeReport(
             pid=os.getpid(),

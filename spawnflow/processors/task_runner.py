@@ -9,13 +9,17 @@ into the try's log file. Its last message is a TaskOutcome.
 from __future__ import annotations
 
 import inspect
+import locale
 import os
 import subprocess
 import sys
+import threading
 import traceback
+from collections import deque
 from typing import Any
 
 from spawnflow.bootstrap import lifecycle, logs
+from spawnflow.comms.states import TaskState
 from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
 from spawnflow.sdk import loading, runtime, xcom
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
@@ -37,6 +41,8 @@ def run_task(channel, workload: Workload) -> None:
         "try_number": workload.try_number,
         "params": {**workload.params, **workload.conf},
         "conf": workload.conf,
+        "partition_key": workload.partition_key,
+        "triggering_asset_events": workload.triggering_asset_events,
     }
     runtime.install(channel, context)
     logger = logs.get_logger("spawnflow.task")
@@ -48,19 +54,19 @@ def run_task(channel, workload: Workload) -> None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
             _push(channel, "return_value", encoded)
     except lifecycle.WarmStop:
-        channel.send(TaskOutcome(state="failed", reason="the task was asked to stop"))
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason="the task was asked to stop"))
         raise
     except (TaskFailed, xcom.XComError) as failure:
         logger.error("task failed", reason=str(failure))
-        channel.send(TaskOutcome(state="failed", reason=str(failure)))
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
         return
     except BaseException as error:  # noqa: BLE001 - a task's error of any kind fails the task
         traceback.print_exc()
         reason = traceback.format_exception_only(type(error), error)[-1].strip()
-        channel.send(TaskOutcome(state="failed", reason=reason))
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=reason))
         return
     logger.info("task succeeded", task_id=workload.task_id)
-    channel.send(TaskOutcome(state="success"))
+    channel.send(TaskOutcome(state=TaskState.SUCCESS))
 
 
 def _find_task(workload: Workload) -> Task:
@@ -104,20 +110,68 @@ def _call_with_context(function, args: list, kwargs: dict) -> Any:
 
 def _run_command(command: str, task: CommandTask) -> str | None:
     """Run ``command`` in a shell; its output goes to ours, its last line is the XCom."""
-    env = {**os.environ, **task.env}
+    return run_command(command, env=task.env, cwd=task.cwd)
+
+
+def run_command(command: str, *, env: dict[str, str] | None = None,
+                cwd: str | None = None) -> str | None:  # fmt: skip
+    """Run ``command`` in the OS's shell and return the last line it printed.
+
+    Its output is copied to our stdout by a thread, so that the main thread only waits
+    for the process, in short steps: a warm stop then reaches it on every OS (on Windows
+    a blocking pipe read cannot be interrupted). Each line is decoded as UTF-8, or,
+    failing that, in the locale's encoding (what Windows programs write to a pipe),
+    never raising on bytes that fit neither. A stop ends the command too.
+    """
     process = subprocess.Popen(
-        command, shell=True, cwd=task.cwd or None, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=None, bufsize=1,
+        command, shell=True, cwd=cwd or None, env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE, stderr=None,
     )  # fmt: skip
-    last = None
-    for line in process.stdout:
-        sys.stdout.write(line)
-        if line.strip():
-            last = line.rstrip("\n")
-    code = process.wait()
+    assert process.stdout is not None  # a pipe, as asked
+    last: deque[str] = deque(maxlen=1)
+    copier = threading.Thread(
+        target=_copy_output, args=(process.stdout, last), name="command-output", daemon=True
+    )
+    copier.start()
+    try:
+        while True:
+            try:
+                code = process.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    except BaseException:
+        _end(process)  # the task is stopping: its command goes with it
+        raise
+    copier.join(timeout=5.0)  # what is left in the pipe (a background job may hold it)
     if code != 0:
         raise TaskFailed(f"the command exited with code {code}")
-    return last
+    return last[0] if last else None
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Ask the command to stop (POSIX: SIGTERM, which its process group got already;
+    Windows: TerminateProcess), and kill it if it is still there after a moment."""
+    process.terminate()
+    try:
+        process.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def _copy_output(pipe: Any, last: deque[str]) -> None:
+    """Copy the command's output to our stdout line by line; keep the last non-empty one."""
+    fallback = locale.getpreferredencoding(False)
+    with pipe:
+        for raw in pipe:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode(fallback, errors="replace")
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if line.strip():
+                last.append(line.rstrip("\r\n"))
 
 
 def _resolve(value: Any, channel) -> Any:

@@ -13,23 +13,14 @@ one sentence, by whoever started the helper.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap import wire
-from spawnflow.comms.tasks import Done
-from spawnflow.comms.xcoms import (
-    BackendDescription,
-    LoadXCom,
-    PurgeXCom,
-    StoreXCom,
-    XComLoaded,
-    XComStored,
-)
+from spawnflow.comms.states import ErrorKind
+from spawnflow.comms.xcoms import BackendDescription
 from spawnflow.sdk import runtime
-
-BACKEND_ERROR = "XCOM_BACKEND_ERROR"
+from spawnflow.xcoms.dispatch import answer, describe_error
 
 
 def serve(channel: wire.Channel, *, describe_only: bool = False,
@@ -48,7 +39,7 @@ def serve(channel: wire.Channel, *, describe_only: bool = False,
     except Exception as error:  # noqa: BLE001 - a backend refusing its settings, in one sentence
         channel.send(BackendDescription(
             backend=name, in_helper=True,
-            error=f"[core] xcom_backend = {name!r} cannot start: {_describe(error)}",
+            error=f"[core] xcom_backend = {name!r} cannot start: {describe_error(error)}",
         ))  # fmt: skip
         return
     channel.send(BackendDescription(backend=name, in_helper=bool(backend_class.in_helper)))
@@ -66,42 +57,6 @@ def serve(channel: wire.Channel, *, describe_only: bool = False,
                 channel.send(response)
             except (TypeError, ValueError, OverflowError) as error:  # msgspec cannot encode it
                 channel.send(wire.ErrorResponse(
-                    id=request.id, kind=BACKEND_ERROR,
-                    message=f"the XCom backend's answer cannot be sent: {_describe(error)}",
+                    id=request.id, kind=ErrorKind.XCOM_BACKEND_ERROR,
+                    message=f"the XCom backend's answer cannot be sent: {describe_error(error)}",
                 ))  # fmt: skip
-
-
-def answer(backend: Any, request: wire.Request) -> wire.Response:
-    """Run one call on ``backend``; its result, or a typed error naming the XCom."""
-    try:
-        if isinstance(request, StoreXCom):
-            data = backend.serialize(request.value, ref=request.ref)
-            reference = backend.store(data, ref=request.ref)
-            if reference is not None and not isinstance(reference, str):
-                raise TypeError(f"store() returned a {type(reference).__name__}, not a str")
-            return XComStored(id=request.id, reference=reference)
-        if isinstance(request, LoadXCom):
-            data = backend.load(request.reference, ref=request.ref)
-            text = backend.deserialize(data, ref=request.ref)
-            if not isinstance(text, str):
-                raise TypeError(f"deserialize() returned a {type(text).__name__}, not a str")
-            return XComLoaded(id=request.id, value=text)
-        if isinstance(request, PurgeXCom):
-            backend.purge(request.reference, ref=request.ref)
-            return Done(id=request.id)
-    except Exception as error:  # noqa: BLE001 - a backend's failure goes back to the caller
-        ref = request.ref
-        verb = {"StoreXCom": "store", "LoadXCom": "load", "PurgeXCom": "purge"}[
-            type(request).__name__
-        ]
-        return wire.ErrorResponse(
-            id=request.id, kind=BACKEND_ERROR,
-            message=f"the XCom backend could not {verb} XCom {ref.key!r} of task "
-            f"{ref.task_id!r} (pid {os.getpid()}): {_describe(error)}",
-        )  # fmt: skip
-    return wire.ErrorResponse(id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__)
-
-
-def _describe(error: BaseException) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,7 +1,9 @@
 """What Dag authors import: ``from spawnflow import Dag, dag, task, CommandTask``."""
 
+from spawnflow.sdk.assets import Asset
 from spawnflow.sdk.connections import Connection
 from spawnflow.sdk.dags import Dag, dag
+from spawnflow.sdk.partitions import CustomMapper, DayToMonth, DayToWeek, HourToDay, Identity
 from spawnflow.sdk.runtime import (
     Variable,
     get_current_context,
@@ -22,10 +24,16 @@ from spawnflow.sdk.tasks import (
 from spawnflow.sdk.xcom_backend import XComBackend, XComRef
 
 __all__ = [
+    "Asset",
     "CommandTask",
     "Connection",
+    "CustomMapper",
     "Dag",
     "DagDefinitionError",
+    "DayToMonth",
+    "DayToWeek",
+    "HourToDay",
+    "Identity",
     "PythonTask",
     "Task",
     "TriggerRule",

@@ -14,35 +14,23 @@ import functools
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from spawnflow.sdk import building
 from spawnflow.sdk import schedule as schedules
+from spawnflow.sdk.assets import Asset, assets_in
+from spawnflow.sdk.partitions import CustomMapper
 from spawnflow.sdk.tasks import DagDefinitionError, Task, check_id
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 _SDK_FOLDER = str(Path(__file__).parent)
-_context: list[Dag] = []
-#: Every Dag built in this process, in order (the file parser reads it after an import).
-_built: list[Dag] = []
-
-
-def current_dag() -> Dag | None:
-    """The Dag whose ``with`` block or @dag function is running, if any."""
-    return _context[-1] if _context else None
-
-
-def built_dags() -> list[Dag]:
-    """The Dags built in this process so far."""
-    return list(_built)
-
-
-def forget_built_dags() -> None:
-    """Start a new collection (the file parser calls this before importing a file)."""
-    _built.clear()
 
 
 def _caller_file() -> str:
     """The file of the first frame outside the SDK: where the Dag is defined."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_SDK_FOLDER):
         frame = frame.f_back
     return frame.f_code.co_filename if frame is not None else "<unknown>"
@@ -54,8 +42,12 @@ class Dag:
     Args:
         dag_id: unique name: letters, digits, ``_``, ``-`` and ``.``.
         schedule: a cron expression, a preset (``@hourly``, ``@daily``, ``@weekly``,
-            ``@monthly``, ``@yearly``...), ``@once``, a ``timedelta``, or None (manual only).
-        start_date: first logical date; naive datetimes are UTC.
+            ``@monthly``, ``@yearly``...), ``@once``, a ``timedelta``, an
+            :class:`~spawnflow.sdk.assets.Asset` (run when a task updates it), Assets
+            combined with ``&`` (all) or ``|`` (any), a list of Assets (all of them), or
+            None (manual only).
+        start_date: first logical date; naive datetimes are UTC. Needed unless the
+            schedule is None or on Assets.
         end_date: last logical date, or None.
         catchup: create runs for every interval since ``start_date`` (default False).
         tags: labels for listing.
@@ -65,6 +57,12 @@ class Dag:
         max_active_runs: runs of this Dag that may be active at once.
         max_active_tasks: task instances of this Dag that may run at once.
         description: one line for listings.
+        partition_mappers: makes an Asset-scheduled Dag partition-driven: a run per
+            target partition, once every input partition it needs has an event. Maps
+            input Assets to mappers (``HourToDay()``…, or an instance of your own
+            ``CustomMapper`` subclass, see :mod:`spawnflow.sdk.partitions`); the others
+            get ``Identity()``. Days,
+            weeks and months are the start date's time zone's (UTC without one).
 
     Raises:
         DagDefinitionError: for a bad id, schedule or argument.
@@ -84,6 +82,7 @@ class Dag:
         max_active_runs: int = 16,
         max_active_tasks: int = 16,
         description: str | None = None,
+        partition_mappers: dict[Any, Any] | None = None,
     ):
         self.fileloc = _caller_file()
         self.dag_id = dag_id
@@ -94,7 +93,18 @@ class Dag:
             self.end_date = schedules.aware(end_date, "end_date")
             # Cron schedules run in the start date's zone, daylight saving included.
             self.timezone = schedules.zone_name(self.start_date.tzinfo if self.start_date else None)
-            if self.schedule.kind not in ("manual",) and self.start_date is None:
+            # The Asset objects of an Asset schedule: its condition keeps only their URIs.
+            self.schedule_assets: list[Asset] = (
+                assets_in(schedule) if self.schedule.kind == "assets" else []
+            )
+            #: The CustomMapper objects of a partition-driven Dag, by input URI: only
+            #: the file parser, which has this object, calls them.
+            self.custom_mappers: dict[str, CustomMapper] = {}
+            if partition_mappers is not None:
+                self.schedule, self.custom_mappers = schedules.with_partitions(
+                    self.schedule, partition_mappers
+                )
+            if self.schedule.kind not in ("manual", "assets") and self.start_date is None:
                 raise ValueError(
                     f"a Dag with schedule {self.schedule.describe()!r} needs a start_date"
                 )
@@ -116,7 +126,7 @@ class Dag:
         self.max_active_tasks = max_active_tasks
         self.description = description
         self.task_dict: dict[str, Task] = {}
-        _built.append(self)
+        building.record(self)
 
     def __repr__(self) -> str:
         return f"<Dag {self.dag_id}: {len(self.task_dict)} tasks>"
@@ -131,11 +141,11 @@ class Dag:
     # -- building ---------------------------------------------------------------------
 
     def __enter__(self) -> Dag:
-        _context.append(self)
+        building.enter(self)
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
-        _context.pop()
+        building.leave()
         if kind is None:
             self.validate()
 

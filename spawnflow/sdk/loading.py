@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from spawnflow.sdk import building
 from spawnflow.sdk import dags as dag_registry
 from spawnflow.sdk.tasks import DagDefinitionError
 
@@ -29,7 +30,7 @@ def import_dag_file(path: str) -> list[dag_registry.Dag]:
     a Dag an imported helper module built stays that module's. Raises whatever the
     file raises, or DagDefinitionError.
     """
-    dag_registry.forget_built_dags()
+    building.forget_built_dags()
     module_name = "spawnflow_dagfile_" + hashlib.sha1(path.encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
@@ -37,7 +38,7 @@ def import_dag_file(path: str) -> list[dag_registry.Dag]:
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
-    mine = [d for d in dag_registry.built_dags() if d.fileloc == path]
+    mine = [d for d in building.built_dags() if d.fileloc == path]
     mine += [d for d in dag_registry.iter_dags(vars(module)) if d not in mine]
     seen: set[str] = set()
     for dag in mine:

@@ -7,8 +7,9 @@ request its supervisor answers.
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from spawnflow.bootstrap import platform as platforms
 
 _channel = None
 _context: dict[str, Any] | None = None
@@ -25,8 +26,9 @@ class SupervisorError(RuntimeError):
     (``XCOM_BACKEND_ERROR``, ``XCOM_TOO_LARGE``, ``TASK_NOT_RUNNING``…)."""
 
     def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
+        # The kind leads the text: it reaches the task instance's reason.
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message = kind, message
 
 
 def _forget_in_fork_child() -> None:
@@ -36,7 +38,7 @@ def _forget_in_fork_child() -> None:
     _channel, _context = None, None
 
 
-os.register_at_fork(after_in_child=_forget_in_fork_child)
+platforms.at_fork_in_child(_forget_in_fork_child)
 
 
 def install(channel: Any, context: dict[str, Any]) -> None:
@@ -47,7 +49,10 @@ def install(channel: Any, context: dict[str, Any]) -> None:
 
 def get_current_context() -> dict[str, Any]:
     """The running task's context: ``dag_id``, ``task_id``, ``run_id``, ``logical_date``,
-    ``data_interval_start``, ``data_interval_end``, ``try_number``, ``params``, ``conf``.
+    ``data_interval_start``, ``data_interval_end``, ``try_number``, ``params``, ``conf``,
+    ``partition_key`` (of a partition-driven run, else None) and
+    ``triggering_asset_events`` (of an asset-triggered run: the events by asset URI, each
+    a dict with ``id``, ``partition_key``, ``extra``, ``timestamp`` and ``source_*``).
 
     Raises:
         NotInTask: outside a running task.

@@ -1,10 +1,12 @@
-"""Dag schedules: a cron expression, a preset, a timedelta, ``@once`` or None.
+"""Dag schedules: a cron expression, a preset, a timedelta, ``@once``, Assets or None.
 
 A :class:`Schedule` is plain data, so it serialises with the Dag and the
 scheduler can compute run times from it without importing the Dag file. Cron
 expressions are evaluated by cronsim (small and quick to import: a file parser
 child pays for every import) in the Dag's time zone, UTC unless a start date says
-otherwise.
+otherwise. A Dag scheduled on Assets (``schedule=Asset("s3://...")``, ``a & b``,
+``a | b`` or a list meaning all of them) runs when they are updated; its
+Schedule keeps the condition as an :class:`~spawnflow.sdk.assets.AssetCondition`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,45 @@ import datetime as dt
 from typing import Literal
 
 import msgspec
+
+from spawnflow.sdk.assets import Asset, AssetAll, AssetAny, AssetCondition, condition_of
+from spawnflow.sdk.partitions import (
+    Custom,
+    CustomMapper,
+    Identity,
+    Mapper,
+    PartitionMapper,
+    recorded,
+)
+
+
+def with_partitions(
+    schedule: Schedule, mappers: dict[object, object]
+) -> tuple[Schedule, dict[str, CustomMapper]]:
+    """``schedule`` made partition-driven: ``mappers`` maps input Assets (or URIs) to
+    partition mappers; inputs without one get :class:`Identity`. Also returns the
+    :class:`CustomMapper` objects among them, by URI (the schedule keeps their names)."""
+    if schedule.kind != "assets" or schedule.assets is None:
+        raise ValueError("partition_mappers needs a schedule on Assets")
+    inputs = schedule.assets.uris()
+    chosen: dict[str, Mapper] = {uri: Identity() for uri in inputs}
+    custom: dict[str, CustomMapper] = {}
+    for key, mapper in mappers.items():
+        uri = key.uri if isinstance(key, Asset) else key
+        if uri not in chosen:
+            raise ValueError(f"partition_mappers names {uri!r}, which the schedule does not use")
+        if isinstance(mapper, CustomMapper):
+            custom[uri] = mapper
+            chosen[uri] = recorded(mapper)
+        elif isinstance(mapper, PartitionMapper) and not isinstance(mapper, Custom):
+            chosen[uri] = mapper  # type: ignore[assignment]  # one of the Mapper union
+        else:
+            raise ValueError(
+                f"the partition mapper of {uri!r} must be Identity(), HourToDay(), DayToWeek(), "
+                f"DayToMonth() or an instance of a CustomMapper subclass, not {mapper!r}"
+            )
+    return msgspec.structs.replace(schedule, partition_mappers=chosen), custom
+
 
 PRESETS = {
     "@hourly": "0 * * * *",
@@ -29,16 +70,23 @@ UTC = dt.UTC
 
 
 class Schedule(msgspec.Struct, frozen=True):
-    """When a Dag runs: ``kind`` is ``cron``, ``interval``, ``once`` or ``manual``."""
+    """When a Dag runs: ``kind`` is ``cron``, ``interval``, ``once``, ``assets`` or ``manual``."""
 
-    kind: Literal["cron", "interval", "once", "manual"]
+    kind: Literal["cron", "interval", "once", "manual", "assets"]
     #: The cron expression (a preset is stored expanded, with its name in ``preset``).
     cron: str | None = None
     preset: str | None = None
     #: The interval, in seconds, of a timedelta schedule.
     seconds: float | None = None
+    #: The condition on Assets of an ``assets`` schedule.
+    assets: AssetCondition | None = None
+    #: For a partition-driven Dag: each input asset's mapper, by URI.
+    partition_mappers: dict[str, Mapper] | None = None
 
     def describe(self) -> str:
+        if self.kind == "assets":
+            text = "assets: " + (self.assets.describe() if self.assets else "")
+            return text + (" (partitioned)" if self.partition_mappers else "")
         if self.kind == "cron":
             return self.preset or self.cron or ""
         if self.kind == "interval":
@@ -50,6 +98,12 @@ def parse(value: object) -> Schedule:
     """The Schedule for a Dag's ``schedule`` argument; ValueError saying what is allowed."""
     if value is None:
         return Schedule("manual")
+    if isinstance(value, Asset | AssetAll | AssetAny) or (
+        isinstance(value, list | tuple)
+        and value
+        and all(isinstance(item, Asset | AssetAll | AssetAny) for item in value)
+    ):
+        return Schedule("assets", assets=condition_of(value))
     if isinstance(value, dt.timedelta):
         if value <= dt.timedelta(0):
             raise ValueError(f"schedule {value!r} must be a positive timedelta")
@@ -68,7 +122,8 @@ def parse(value: object) -> Schedule:
         return Schedule("cron", cron=" ".join(text.split()))
     raise ValueError(
         f"schedule {value!r} must be a cron expression, a preset such as '@daily', "
-        "a timedelta, '@once' or None"
+        "a timedelta, '@once', None, an Asset, Assets combined with & or |, "
+        "or a non-empty list of Assets"
     )
 
 

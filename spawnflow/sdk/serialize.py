@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from spawnflow.sdk.assets import Asset, AssetRef
 from spawnflow.sdk.dags import Dag
 from spawnflow.sdk.schedule import Schedule
 from spawnflow.sdk.tasks import Task, to_json
@@ -30,6 +31,8 @@ class SerializedTask(msgspec.Struct, frozen=True):
     execution_timeout: float | None
     trigger_rule: str
     arguments: dict[str, Any]
+    #: URIs of the Assets the task updates, in the task's order.
+    outlets: list[str] = msgspec.field(default_factory=list)
 
 
 class SerializedDag(msgspec.Struct, frozen=True):
@@ -49,6 +52,8 @@ class SerializedDag(msgspec.Struct, frozen=True):
     default_args: dict[str, Any]
     #: In topological order: every task after its upstream tasks.
     tasks: list[SerializedTask]
+    #: Every Asset in the schedule or a task's outlets, sorted by URI.
+    assets: list[AssetRef] = msgspec.field(default_factory=list)
 
     @property
     def task_ids(self) -> list[str]:
@@ -88,7 +93,28 @@ def serialize(dag: Dag) -> SerializedDag:
         description=dag.description,
         default_args={key: _default_arg(value) for key, value in dag.default_args.items()},
         tasks=[_task(dag.task_dict[task_id]) for task_id in order],
+        assets=_assets(dag, order),
     )
+
+
+def _assets(dag: Dag, order: list[str]) -> list[AssetRef]:
+    """One AssetRef per URI the Dag references; DagDefinitionError if two Assets disagree."""
+    found: dict[str, Asset] = {}
+    uses: list[tuple[Asset, str | None]] = [(asset, None) for asset in dag.schedule_assets]
+    for task_id in order:
+        uses.extend((asset, task_id) for asset in dag.task_dict[task_id].outlets)
+    for asset, user in uses:
+        known = found.setdefault(asset.uri, asset)
+        if (known.name, known.group) != (asset.name, asset.group):
+            raise dag.definition_error(
+                f"asset {asset.uri!r} is named {known.name!r} in group {known.group!r} and "
+                f"{asset.name!r} in group {asset.group!r}; give it one name and group",
+                user,
+            )
+    return [
+        AssetRef(uri=uri, name=asset.name, group=asset.group)
+        for uri, asset in sorted(found.items())
+    ]
 
 
 def _task(task: Task) -> SerializedTask:
@@ -103,6 +129,7 @@ def _task(task: Task) -> SerializedTask:
         execution_timeout=None if timeout is None else timeout.total_seconds(),
         trigger_rule=task.trigger_rule.value,
         arguments=task.arguments(),
+        outlets=[asset.uri for asset in task.outlets],
     )
 
 

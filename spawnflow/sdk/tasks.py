@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from spawnflow.sdk.assets import Asset
+
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
 
@@ -47,7 +49,13 @@ def check_id(value: object, what: str) -> str:
 
 
 class Task:
-    """Base of every task kind. ``kind`` names it in the serialized Dag."""
+    """Base of every task kind. ``kind`` names it in the serialized Dag.
+
+    Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
+    ``execution_timeout``, ``trigger_rule`` (each defaulting to the Dag's
+    ``default_args``) and ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list
+    the task updates.
+    """
 
     kind = "task"
 
@@ -60,15 +68,17 @@ class Task:
         retry_delay: dt.timedelta | None = None,
         execution_timeout: dt.timedelta | None = None,
         trigger_rule: str | TriggerRule | None = None,
+        outlets: Sequence[Asset] | None = None,
     ):
-        from spawnflow.sdk.dags import current_dag
+        from spawnflow.sdk.building import current_dag
 
-        self.dag = dag or current_dag()
-        if self.dag is None:
+        dag = dag or current_dag()
+        if dag is None:
             raise DagDefinitionError(
                 f"task {task_id!r} was created outside a Dag: create it inside `with Dag(...)`, "
                 "inside a @dag function, or pass dag=..."
             )
+        self.dag: Dag = dag
         defaults = self.dag.default_args
         try:
             self.task_id = check_id(task_id, "task id")
@@ -83,6 +93,7 @@ class Task:
             self.trigger_rule = _trigger_rule(
                 _pick(trigger_rule, defaults, "trigger_rule", TriggerRule.ALL_SUCCESS)
             )
+            self.outlets: list[Asset] = _outlets(outlets)
         except ValueError as error:
             raise self.dag.definition_error(str(error), task_id=task_id) from None
         self.upstream_task_ids: set[str] = set()
@@ -239,6 +250,7 @@ class _TaskDecorator:
         def create(*args: Any, **kwargs: Any) -> XComArg:
             task_id = settings.get("task_id") or _free_task_id(function.__name__)
             rest = {k: v for k, v in settings.items() if k != "task_id"}
+            created: Task
             if self._factory is CommandTask:
                 created = CommandTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
             else:
@@ -247,7 +259,8 @@ class _TaskDecorator:
 
         create.__name__ = function.__name__
         create.__doc__ = function.__doc__
-        create.__wrapped__ = function
+        # A function takes any attribute; mypy does not model that on a def.
+        create.__wrapped__ = function  # type: ignore[attr-defined]
         return create
 
     @property
@@ -313,7 +326,7 @@ def _stable_key(item: Any) -> str:
 
 def _free_task_id(name: str) -> str:
     """``name``, or ``name__1``, ``name__2``... when a @task function is called again."""
-    from spawnflow.sdk.dags import current_dag
+    from spawnflow.sdk.building import current_dag
 
     dag = current_dag()
     if dag is None or name not in dag.task_dict:
@@ -330,7 +343,7 @@ def _name_of(function: Callable[..., Any]) -> str:
 
 def _definition_error(kwargs: dict[str, Any], task_id: str, problem: str) -> Exception:
     """A DagDefinitionError naming the Dag the task would belong to, if there is one."""
-    from spawnflow.sdk.dags import current_dag
+    from spawnflow.sdk.building import current_dag
 
     dag = kwargs.get("dag") or current_dag()
     if dag is None:
@@ -374,6 +387,20 @@ def _timedelta(value: Any, what: str) -> dt.timedelta:
     if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
         raise ValueError(f"{what} {value!r} must be a non-negative timedelta or number of seconds")
     return value
+
+
+def _outlets(value: Any) -> list[Asset]:
+    """The Assets, each URI once, in order."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"outlets {value!r} must be a list of Assets")
+    found: dict[str, Asset] = {}
+    for item in value:
+        if not isinstance(item, Asset):
+            raise ValueError(f"outlets must be Assets, not {type(item).__name__} {item!r}")
+        found.setdefault(item.uri, item)
+    return list(found.values())
 
 
 def _trigger_rule(value: Any) -> TriggerRule:

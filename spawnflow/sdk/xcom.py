@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import decimal
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -87,7 +88,8 @@ def _at(path: str) -> str:
     return f" (at {path})" if path else ""
 
 
-_READERS = {
+# Each reader takes the stored "v" (a str, float or list, by tag) and returns the value.
+_READERS: dict[str, Callable[[Any], Any]] = {
     "tuple": lambda v: tuple(_typed(item) for item in v),
     "set": lambda v: {_typed(item) for item in v},
     "datetime": dt.datetime.fromisoformat,

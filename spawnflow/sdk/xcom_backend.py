@@ -41,21 +41,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-import msgspec
+from spawnflow.comms.xcoms import XComRef
 
 if TYPE_CHECKING:
     from spawnflow.bootstrap.settings import Settings
-
-
-class XComRef(msgspec.Struct, frozen=True):
-    """Which XCom a backend call is about."""
-
-    dag_id: str
-    run_id: str
-    task_id: str
-    key: str
-    #: Bytes of the value's JSON text (0 where it is not known, as in purge and load).
-    size: int = 0
 
 
 class XComBackend:

@@ -10,9 +10,10 @@ from sqlalchemy import select
 
 from spawnflow.bootstrap import orm
 from spawnflow.bootstrap.errors import UserError
+from spawnflow.models.lookups import connection_of, read_connection
 from spawnflow.models.run import Connection as ConnectionRow
 from spawnflow.sdk.connections import Connection
-from spawnflow.services.runs import NotFound
+from spawnflow.services.records import NotFound
 
 
 def from_uri(conn_id: str, uri: str) -> Connection:
@@ -58,13 +59,6 @@ def add_connection(connection: Connection, description: str | None = None) -> No
         ))  # fmt: skip
 
 
-def read_connection(conn_id: str) -> Connection | None:
-    """The Connection ``conn_id`` as tasks get it, or None."""
-    with orm.session_scope(write=False) as session:
-        row = session.get(ConnectionRow, conn_id)
-        return None if row is None else _connection(row)
-
-
 def get_connection(conn_id: str) -> Connection:
     found = read_connection(conn_id)
     if found is None:
@@ -75,7 +69,7 @@ def get_connection(conn_id: str) -> Connection:
 def list_connections() -> list[tuple[Connection, str | None]]:
     with orm.session_scope(write=False) as session:
         rows = session.scalars(select(ConnectionRow).order_by(ConnectionRow.conn_id))
-        return [(_connection(row), row.description) for row in rows]
+        return [(connection_of(row), row.description) for row in rows]
 
 
 def delete_connection(conn_id: str) -> None:
@@ -84,11 +78,3 @@ def delete_connection(conn_id: str) -> None:
         if row is None:
             raise NotFound(f"there is no Connection {conn_id!r}")
         session.delete(row)
-
-
-def _connection(row: ConnectionRow) -> Connection:
-    return Connection(
-        conn_id=row.conn_id, conn_type=row.conn_type, host=row.host, port=row.port,
-        login=row.login, password=row.password, schema=row.schema,
-        extra=json.loads(row.extra) if row.extra else {},
-    )  # fmt: skip

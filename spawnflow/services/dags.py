@@ -7,6 +7,7 @@ except :func:`check_file`, which parses one in child processes, never here.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -40,7 +41,7 @@ def get_dag(dag_id: str) -> tuple[DagModel, serialize.SerializedDag]:
         return model, serialize.decode(stored.data).dag
 
 
-def _unknown(dag_id: str, known: list[str]) -> str:
+def _unknown(dag_id: str, known: Sequence[str]) -> str:
     import difflib
 
     close = difflib.get_close_matches(dag_id, known, n=1)
@@ -97,8 +98,8 @@ def check_file(
     import time
 
     from spawnflow.bootstrap import launcher
-    from spawnflow.comms.parsing import ParseResult
-    from spawnflow.processors.dag_processor.manager import PARSER_TARGET
+    from spawnflow.processors.dag_processor.messages import ParseResult
+    from spawnflow.processors.dag_processor.parsing import PARSER_TARGET
 
     results = []
     for method in methods:
@@ -109,13 +110,14 @@ def check_file(
         child = launcher.launch(spec, method=method)
         message, error = None, None
         try:
-            child.wait_ready(timeout=timeout)
+            child.wait_ready()  # the boot has a budget of its own ([core] child_boot_timeout)
             message = child.channel.recv(timeout=timeout)
         except TimeoutError:
             error = f"timed out after {timeout:g} seconds"
         except (EOFError, launcher.ChildBootError):
             pass
         status = child.stop(grace=5) if child.is_alive() else child.join(timeout=30)
+        assert status is not None  # stop() always reaps; join() reaps an exited child at once
         if isinstance(message, ParseResult):
             error = message.error
             dags = {d.dag_id: serialize.dag_hash(d) for d in message.dags}

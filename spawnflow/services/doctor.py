@@ -82,7 +82,8 @@ def _run_one(settings: Settings, method: str, grace: float) -> MethodReport:
     )
     child = launcher.launch(spec, method=method)
     try:
-        child.wait_ready(timeout=120)
+        child.wait_ready()
+        assert child.ready_seconds is not None  # set by wait_ready() along with child.ready
         report.ready_ms = child.ready_seconds * 1000
         probe = child.channel.recv(timeout=120)
         if not isinstance(probe, ProbeReport):

@@ -41,7 +41,9 @@ def describe(
     for component in COMPONENTS:
         method, source = startmethods.for_component(settings, component)
         via = "[core]" if settings.value(component, "mp_start_method") is None else str(source)
-        rows.append((f"Start method [{component}]", f"{method} (from {via})"))
+        roles = [r for r, c in startmethods.ROLE_COMPONENTS.items() if c == component]
+        rows.append((f"Start method [{component}]",
+                     f"{method} (from {via}) for {', '.join(roles)}"))  # fmt: skip
     locations = settings.locations
     exists = "exists" if locations.config_file.exists() else "not found"
     rows += [

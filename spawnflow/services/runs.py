@@ -11,14 +11,12 @@ from sqlalchemy import delete, select
 from spawnflow.bootstrap import orm
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.models.dag import DagModel
-from spawnflow.models.run import DagRun, DagRunState, TaskInstance, TaskState, Variable, XCom
+from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
-
-
-class NotFound(UserError):
-    """A run, task instance or Variable that does not exist."""
+from spawnflow.services.records import NotFound, get_run
 
 
 def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
@@ -35,14 +33,6 @@ def list_runs(dag_id: str | None = None, limit: int = 50) -> list[DagRun]:
         if dag_id:
             query = query.where(DagRun.dag_id == dag_id)
         return list(session.scalars(query))
-
-
-def get_run(dag_id: str, run_id: str) -> DagRun:
-    with orm.session_scope(write=False) as session:
-        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        if run is None:
-            raise NotFound(f"Dag {dag_id!r} has no run {run_id!r}; see `spawnflow runs list`")
-        return run
 
 
 def task_instances(dag_id: str, run_id: str) -> list[TaskInstance]:

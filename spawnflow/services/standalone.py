@@ -7,18 +7,22 @@ on Ctrl-C or SIGTERM (warm; a second Ctrl-C: cold).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spawnflow.bootstrap import launcher, lifecycle
-from spawnflow.bootstrap.child import stop_many
+from spawnflow.bootstrap import launcher, lifecycle, logs
+from spawnflow.bootstrap.child import ExitStatus, stop_many
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.bootstrap.watch import Watch, Watched
 from spawnflow.comms import ComponentStatus
 
+log = logs.get_logger("spawnflow.standalone")
+
 COMPONENTS = {
-    "dag-processor": ("spawnflow.processors.dag_processor.manager:run", "dag_processor"),
-    "scheduler": ("spawnflow.processors.scheduler.job:run", "scheduler"),
+    "dag-processor": "spawnflow.processors.dag_processor.manager:run",
+    "scheduler": "spawnflow.processors.scheduler.job:run",
 }
 
 
@@ -33,36 +37,33 @@ class Outcome:
 
 def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]) -> Outcome:
     """Launch the components and watch them until idle (if asked), stopped, or one dies."""
-    from multiprocess.connection import wait
+    statuses: dict[str, ComponentStatus] = {}
+    ended: list[Outcome] = []
+    watch = Watch()
+
+    def on_message(watched: Watched, message: object) -> None:
+        if isinstance(message, ComponentStatus):
+            statuses[watched.child.role] = message
+
+    def on_exit(watched: Watched, status: ExitStatus) -> None:
+        role = watched.child.role
+        show(f"the {role} {status.describe(meaning=False)}; stopping")
+        ended.append(Outcome(f"the {role} {status.describe()}", 1, statuses))
 
     children = {}
-    for role, (target, component) in COMPONENTS.items():
+    for role, target in COMPONENTS.items():
         spec = launcher.ChildSpec(role, target, settings=settings, warm_stop_group=False)
-        children[role] = launcher.launch(spec, component=component)
-    statuses: dict[str, ComponentStatus] = {}
+        children[role] = launcher.launch(spec)
+        watch.add(children[role], on_message=on_message, on_exit=on_exit)
     idle_after: int | None = None
     last_line = ""
     try:
-        for child in children.values():
-            child.wait_ready(timeout=120)
         while True:
             if lifecycle.stop_requested.is_set():
-                return Outcome("stopped", 0, statuses)
-            objects = [c.channel.connection for c in children.values()]
-            objects += [c.sentinel for c in children.values()]
-            wait(objects, timeout=1.0)
-            for role, child in children.items():
-                while child.channel.poll():
-                    try:
-                        message = child.channel.recv()
-                    except (EOFError, OSError):
-                        break
-                    if isinstance(message, ComponentStatus):
-                        statuses[role] = message
-                if not child.is_alive():
-                    status = child.join(timeout=30)
-                    show(f"the {role} {status.describe(meaning=False)}; stopping")
-                    return Outcome(f"the {role} {status.describe()}", 1, statuses)
+                return Outcome("stopped", _stopped_code(), statuses)
+            watch.wait(timeout=1.0)
+            if ended:
+                return ended[0]
             line = " | ".join(
                 f"{role}: {statuses[role].text if role in statuses else 'starting'}"
                 for role in children
@@ -75,10 +76,47 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
                 if processor is not None and scheduler is not None and idle_after is None:
                     # Dags from the first pass count only once the scheduler saw them.
                     idle_after = scheduler.loops + 1
-                if idle_after is not None and scheduler.idle and scheduler.loops > idle_after:
+                if (
+                    idle_after is not None and scheduler is not None and scheduler.idle
+                    and scheduler.loops > idle_after
+                ):  # fmt: skip
                     return Outcome("every due Dag run has finished", 0, statuses)
+    except lifecycle.WarmStop:  # a second request before the loop saw the first
+        return Outcome("stopped at once", _stopped_code(), statuses)
     finally:
         with lifecycle.unwinding():  # a second Ctrl-C while stopping: cold
             started = time.monotonic()
             stop_many(list(children.values()))
             show(f"stopped in {time.monotonic() - started:.1f} s")
+        ended_cold = [c for c in children.values() if c.exit_status and c.exit_status.cold]
+        if any(child.role == "scheduler" for child in ended_cold):
+            _release_what_it_ran(settings, children["scheduler"].pid)
+
+
+def _stopped_code() -> int:
+    """What standalone exits with when asked to stop: as shells expect after a signal
+    (130 for Ctrl-C, 143 for SIGTERM)."""
+    return lifecycle.signal_exit_code() or 130
+
+
+def _release_what_it_ran(settings: Settings, pid: int) -> None:
+    """The scheduler was killed with its workers and their tasks: record on each task
+    instance it had queued or running why it ended, and queue it again at once."""
+    from sqlalchemy import exc
+
+    from spawnflow.bootstrap import orm, outage
+    from spawnflow.processors.scheduler import cut_short
+
+    why = "standalone was stopped cold before the task finished; queued again"
+
+    def write() -> None:
+        with orm.session_scope() as session:
+            job_id = cut_short.job_of(session, socket.gethostname(), pid)
+            if job_id is not None:
+                cut_short.release(session, job_id, why)
+
+    try:
+        outage.ride_out(write, what="recording what a cold stop cut short",
+                        tolerance=min(10.0, settings.database.outage_tolerance))  # fmt: skip
+    except (exc.SQLAlchemyError, orm.DatabaseUnavailable) as error:
+        log.warning("could not record what a cold stop cut short", error=str(error))

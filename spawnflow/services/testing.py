@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spawnflow.bootstrap import orm, wire
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import DagRunState
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.executors.local import LocalExecutor
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.job import Scheduler
-from spawnflow.processors.worker.supervisor import AttemptLog, TaskSupervisor
+from spawnflow.processors.worker.recording import TryRecorder
+from spawnflow.processors.worker.supervisor import TaskSupervisor
 from spawnflow.services.dags import UnknownDag, get_dag
 
 
@@ -57,60 +60,86 @@ def test_dag(
 
     def finished() -> bool:
         with orm.session_scope() as session:
-            return session.get(DagRun, run_id).state in ("success", "failed")
+            run = session.get(DagRun, run_id)
+            assert run is not None  # created above, and spawnflow never deletes runs
+            return run.state in DagRunState.FINISHED
 
     executor = LocalExecutor(settings)
-    Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=report).run(until=finished)
+    scheduler = Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=report)
+    try:
+        scheduler.run(until=finished)
+    except BaseException as error:
+        # Stopped, or the executor gave up (workers that cannot boot): the run ends
+        # here, failed with the reason, rather than stay running with nobody on it.
+        _fail_unfinished(run_id, _why_it_ended(error))
+        raise
     report(None)
     with orm.session_scope() as session:
         run = session.get(DagRun, run_id)
+        assert run is not None  # created above, and spawnflow never deletes runs
         tis = list(session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id)
                    .order_by(TaskInstance.id))  # fmt: skip
         return run, tis
 
 
-class DryRunSupervisor(TaskSupervisor):
-    """A supervisor that records nothing: no task instance, XComs in memory."""
+def _why_it_ended(error: BaseException) -> str:
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        return "dags test was stopped before the task finished"
+    return f"dags test ended before the task finished: {error}"
 
-    def __init__(self, workload: Workload, settings: Settings, show: Callable[[str], None]):
-        super().__init__(workload, settings)
+
+def _fail_unfinished(run_id: int, reason: str) -> None:
+    """Fail the run and every task instance of it that did not finish, with ``reason``."""
+    from sqlalchemy import exc
+
+    from spawnflow.comms.states import TaskState
+
+    now = runs.utcnow()
+    try:
+        with orm.session_scope() as session:
+            run = session.get(DagRun, run_id, with_for_update=True)
+            if run is None or run.state in DagRunState.FINISHED:
+                return
+            for ti in session.query(TaskInstance).filter(
+                TaskInstance.dag_run_id == run_id, TaskInstance.state.not_in(TaskState.FINISHED)
+            ):
+                ti.state, ti.reason, ti.end_date = TaskState.FAILED, reason, now
+            run.state, run.end_date = DagRunState.FAILED, now
+    except (exc.SQLAlchemyError, orm.DatabaseUnavailable):
+        pass  # the database is what failed: the run is left for a scheduler to settle
+
+
+class InMemoryRecorder(TryRecorder):
+    """Records a test try nowhere: no task instance, XComs kept here and shown."""
+
+    stores_xcoms = False
+
+    def __init__(self, show: Callable[[str], None]):
         self.show = show
         self.xcoms: dict[str, str] = {}
-        self.state: str | None = None
-        self.log_file = Path(workload.log_file)
 
-    def _start(self) -> str | None:
-        return None
-
-    def _finish(self, state: str, reason: str | None, attempt: AttemptLog) -> str:
-        attempt.close()
-        self.reason = reason
-        return state
-
-    def _heartbeat(self) -> bool:
-        return True
-
-    def _set_task_pid(self, pid: int) -> None:
-        pass
-
-    def _xcom_runner(self, attempt: AttemptLog) -> None:
-        return None  # XComs stay in memory: no backend, no helper
-
-    def _xcom_service(self, child, runner, attempt) -> None:
-        return None  # XComs are answered by _answer below
-
-    def _answer(self, request: wire.Request) -> wire.Response:
+    def answer(self, request: wire.Request) -> wire.Response:
         if isinstance(request, XComPush):
             self.xcoms[request.key] = request.value
             return Done(id=request.id)
         if isinstance(request, XComPull):
             self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
             return XComValue(id=request.id, value=None)
-        return super()._answer(request)
+        return super().answer(request)
+
+
+@dataclass
+class TaskTest:
+    """How ``tasks test`` went: the state, why, the XComs pushed, the log file."""
+
+    state: str
+    reason: str | None
+    xcoms: dict[str, str]
+    log_file: Path
 
 
 def test_task(settings: Settings, dag_id: str, task_id: str,
-              show: Callable[[str], None]) -> DryRunSupervisor:  # fmt: skip
+              show: Callable[[str], None]) -> TaskTest:  # fmt: skip
     """Run one task once, in a task process, writing no state."""
     ensure_parsed(settings, dag_id)
     model, document = get_dag(dag_id)
@@ -128,6 +157,7 @@ def test_task(settings: Settings, dag_id: str, task_id: str,
         params=document.params, execution_timeout=task.execution_timeout,
         retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
     )  # fmt: skip
-    supervisor = DryRunSupervisor(workload, settings, show)
-    supervisor.state = supervisor.run()
-    return supervisor
+    recorder = InMemoryRecorder(show)
+    supervisor = TaskSupervisor(workload, settings, recorder=recorder)
+    state = supervisor.run()
+    return TaskTest(state, supervisor.reason, recorder.xcoms, Path(workload.log_file))

@@ -7,6 +7,7 @@ backend's modules.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -14,11 +15,11 @@ from sqlalchemy import select
 
 from spawnflow.bootstrap import orm, wire
 from spawnflow.bootstrap.settings import Settings
-from spawnflow.comms.xcoms import LoadXCom, PurgeXCom
+from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, XComRef
 from spawnflow.models.run import DagRun, TaskInstance, XCom
 from spawnflow.sdk import xcom
-from spawnflow.sdk.xcom_backend import XComRef
-from spawnflow.services.runs import NotFound, get_run
+from spawnflow.services.records import NotFound, get_run
+from spawnflow.xcoms.dispatch import PURGE_TRIES
 
 
 class XComEntry(msgspec.Struct):
@@ -38,7 +39,7 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
     """The run's XComs (one task's, one key's), with their values resolved."""
     run = get_run(dag_id, run_id)
     query = (
-        select(TaskInstance.task_id, XCom.key, XCom.value, XCom.reference)
+        select(TaskInstance.task_id, XCom.key, XCom.value, XCom.reference, XCom.size)
         .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
         .where(TaskInstance.dag_run_id == run.id)
         .order_by(TaskInstance.id, XCom.key)
@@ -56,7 +57,7 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
                 entries.append(_decoded(XComEntry(row.task_id, row.key, "database"), row.value))
                 continue
             helper = helper or _helper(settings)
-            ref = XComRef(dag_id, run_id, row.task_id, row.key)
+            ref = XComRef(dag_id, run_id, row.task_id, row.key, row.size or 0)
             answer = helper.call(
                 lambda id, ref=ref, at=row.reference: LoadXCom(id=id, ref=ref, reference=at)
             )
@@ -81,18 +82,24 @@ def get_xcom(settings: Settings, dag_id: str, run_id: str, task_id: str, key: st
 
 
 def purge(settings: Settings, stored: list[tuple[XComRef, str]]) -> list[str]:
-    """Delete values a backend kept (after their rows were deleted); what could not be."""
+    """Delete values a backend kept (after their rows were deleted), each tried up to
+    :data:`PURGE_TRIES` times (a helper that died is replaced); what could not be."""
     if not stored:
         return []
     helper = _helper(settings)
     failures = []
     try:
         for ref, reference in stored:
-            answer = helper.call(
-                lambda id, ref=ref, at=reference: PurgeXCom(id=id, ref=ref, reference=at)
-            )
-            if isinstance(answer, wire.ErrorResponse):
-                failures.append(f"{reference}: {answer.message}")
+            for attempt in range(PURGE_TRIES):
+                if attempt:
+                    time.sleep(0.5 * attempt)  # a backend's brief refusal may pass
+                answer = helper.call(
+                    lambda id, ref=ref, at=reference: PurgeXCom(id=id, ref=ref, reference=at)
+                )
+                if not isinstance(answer, wire.ErrorResponse):
+                    break
+            else:
+                failures.append(f"{reference} ({answer.kind}: {answer.message})")
     finally:
         helper.stop()
     return failures

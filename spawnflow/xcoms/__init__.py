@@ -10,11 +10,15 @@ helper child and reads its answer.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
+
+if TYPE_CHECKING:
+    from spawnflow.sdk.xcom_backend import XComBackend
 
 #: The backends named by a word rather than an import string.
 BUILT_IN = {
@@ -43,7 +47,7 @@ class BackendChoice(msgspec.Struct, frozen=True):
 DATABASE = BackendChoice("database", in_helper=False)
 
 
-def import_backend(name: str) -> type:
+def import_backend(name: str) -> type[XComBackend]:
     """The backend class ``name`` designates; BackendError saying what is wrong.
 
     Called where the backend may run (a helper process), never in an executor worker.
@@ -89,10 +93,11 @@ def check(settings: Settings, *, method: str | None = None) -> BackendChoice:
     spec = launcher.ChildSpec(
         "xcom-helper", HELPER_TARGET, {"describe_only": True}, settings=settings
     )
-    child = launcher.launch(spec, method=method, component="executor")
+    child = launcher.launch(spec, method=method)
     try:
-        child.wait_ready(timeout=120)
-        message = child.channel.recv(timeout=120)
+        child.wait_ready()
+        # Loading the backend is a call: it gets a call's time, from the helper's Ready.
+        message = child.channel.recv(timeout=settings.xcom.helper_call_timeout)
     except (ChildBootError, EOFError, TimeoutError, OSError) as error:
         raise BackendError(
             f"[core] xcom_backend = {name!r} could not be checked: {error}"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import logging
+import sys
 
 import pytest
 
@@ -51,5 +54,32 @@ def test_configure_replaces_the_previous_handlers(tmp_path):
         handler.flush()
     assert len(logging.getLogger().handlers) == 1
     assert "only in second" in (tmp_path / "second.log").read_text()
-    assert not (tmp_path / "first.log").exists()
+    assert "only in second" not in (tmp_path / "first.log").read_text()  # opened, then let go
     assert logs.current_role() == "second"
+
+
+class _Terminal:
+    def isatty(self) -> bool:
+        return True
+
+
+def test_console_colours_on_windows_need_colorama_and_spawnflow_requires_it_there(monkeypatch):
+    from importlib import metadata
+
+    # structlog raises instead of printing when colours are asked for on Windows without
+    # colorama: spawnflow depends on it there, and asks for colours only when it is there.
+    requirements = metadata.requires("spawnflow") or []
+    colorama = [r.split(";")[1].strip() for r in requirements if r.startswith("colorama")]
+    assert [marker.replace("'", '"') for marker in colorama] == ['sys_platform == "win32"']
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert logs.console_colors(_Terminal()) is False
+
+
+def test_console_colours_only_on_a_terminal():
+    assert logs.console_colors(_Terminal()) is (sys.platform != "win32" or _has_colorama())
+    assert logs.console_colors(io.StringIO()) is False
+
+
+def _has_colorama() -> bool:
+    return importlib.util.find_spec("colorama") is not None

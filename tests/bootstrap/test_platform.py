@@ -9,6 +9,7 @@ import psutil
 import pytest
 
 from spawnflow.bootstrap import platform as platforms
+from tests.oskit import simulation
 
 
 def test_each_os_offers_its_start_methods_and_default():
@@ -68,6 +69,9 @@ def test_signal_names_come_from_negative_exit_codes():
     assert platforms.LINUX.signal_name(None) is None
 
 
+@pytest.mark.skipif(
+    simulation() is not None, reason="a simulated Windows or macOS has no counter to read"
+)
 def test_peak_rss_grows_with_memory_this_process_touches():
     before = platforms.peak_rss_bytes()
     # Enough to pass the old peak (this worker may have been bigger before) by 64 MiB.
@@ -112,3 +116,46 @@ def test_a_handle_on_an_exited_process_has_no_tree():
     process.stdout.close()
     assert platforms.current().has_exited(handle)
     assert platforms.current().snapshot_tree(handle) == []
+
+
+def test_peak_rss_never_imports_a_resource_module_from_a_dags_folder(tmp_path, monkeypatch):
+    # Windows has no standard resource module: `import resource` there finds a helper of
+    # that name in the Dags folder, which the parser puts on sys.path (at the end).
+    (tmp_path / "resource.py").write_text("raise RuntimeError('the Dags folder was imported')\n")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "resource", raising=False)
+
+    peak = platforms.peak_rss_bytes()
+
+    assert peak is None or peak > 0
+    imported = sys.modules.get("resource")
+    assert imported is None or not str(imported.__file__).startswith(str(tmp_path))
+
+
+JOB_HOLDER = """
+import subprocess, sys, time
+from spawnflow.bootstrap import platform as platforms
+assert platforms.WINDOWS.contain_tree(), "Windows refused the job object"
+sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print(sleeper.pid, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(
+    sys.platform != "win32", reason="job objects exist on Windows only; no simulation has them"
+)
+def test_a_kill_on_close_job_takes_what_its_holder_started_down_with_it():
+    from tests.process.test_stop import gone
+
+    holder = subprocess.Popen([sys.executable, "-c", JOB_HOLDER], stdout=subprocess.PIPE,
+                              text=True)  # fmt: skip
+    try:
+        sleeper = int(holder.stdout.readline())
+        psutil.Process(holder.pid).kill()  # the job's only handle closes with it
+        holder.wait(timeout=30)
+        assert gone(sleeper), "the job did not kill what its holder started"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.stdout.close()

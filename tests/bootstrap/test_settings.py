@@ -192,6 +192,27 @@ def test_fork_is_refused_where_the_os_has_none_with_the_methods_it_has(home):
     )
 
 
+@pytest.mark.parametrize(
+    ("key", "what"),
+    [("executor.parallelism", "worker"), ("dag_processor.parsing_processes", "parsing")],
+)
+def test_more_children_than_windows_can_wait_on_is_a_settings_error(home, key, what):
+    # Windows' WaitForMultipleObjects watches 63 objects from the main thread; each child
+    # adds its channel and its sentinel to its parent's wait.
+    section, name = key.split(".")
+    variable = f"SPAWNFLOW__{section.upper()}__{name.upper()}"
+    environ = {"SPAWNFLOW_HOME": str(home), variable: "32"}
+    with pytest.raises(SettingsError) as raised:
+        resolve(environ=environ, platform=platforms.WINDOWS)
+    assert str(raised.value) == (
+        f"[{section}] {name} is '32' from environment variable {variable} (Windows waits on "
+        f"at most 63 objects at once, two per {what} process), but it must be a whole "
+        "number from 1 to 31."
+    )
+    assert resolve(environ={**environ, variable: "31"}, platform=platforms.WINDOWS)
+    assert resolve(environ={**environ, variable: "64"}, platform=platforms.LINUX)
+
+
 def test_an_empty_component_method_means_core(home):
     snapshot = resolve(
         environ={"SPAWNFLOW_HOME": str(home), "SPAWNFLOW__EXECUTOR__MP_START_METHOD": ""},

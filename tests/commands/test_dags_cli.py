@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 
 from spawnflow.bootstrap import platform as platforms
 from tests.commands.test_cli import assert_user_error, run
+from tests.oskit import press_ctrl_c, start_in_console
 from tests.processors import dagfiles
 
 pytestmark = pytest.mark.process
@@ -46,6 +46,17 @@ def project(tmp_path: Path, home: Path) -> dict[str, str]:
 
 def folder(env: dict[str, str]) -> Path:
     return Path(env["SPAWNFLOW__CORE__DAGS_FOLDER"])
+
+
+def test_a_missing_dags_folder_is_a_warning_naming_it(project, start_method):
+    project["SPAWNFLOW__CORE__MP_START_METHOD"] = start_method
+    folder(project).rmdir()
+    once = run("dag-processor", "--once", env=project)
+    assert once.exit_code == 0, once.output  # nothing to parse is not an error
+    warning = [line for line in once.stderr.splitlines() if "the Dags folder" in line]
+    assert len(warning) == 1, once.stderr
+    assert "the Dags folder does not exist" in warning[0]
+    assert str(folder(project)) in warning[0]
 
 
 def test_once_then_list_show_report_and_import_errors(project, start_method):
@@ -120,7 +131,6 @@ def test_check_agrees_for_a_portable_dag(project, tmp_path):
     assert result.stdout.splitlines()[-1] == "Same result under every start method."
 
 
-@pytest.mark.skipif(not platforms.current().process_groups, reason="sends SIGTERM")
 def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
     project, tmp_path, home, start_method
 ):
@@ -132,7 +142,7 @@ def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
     env.update(project, SPAWNFLOW_HOME=str(home), SPAWNFLOW__CORE__STOP_GRACE_PERIOD="2",
                SPAWNFLOW__DAG_PROCESSOR__FILE_PARSING_TIMEOUT="120")  # fmt: skip
-    processor = subprocess.Popen(
+    processor = start_in_console(
         [sys.executable, "-m", "spawnflow", "dag-processor"], env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -145,14 +155,14 @@ def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
         family = psutil.Process(processor.pid).children(recursive=True)
         assert family, "no parser child while a file is parsing"
 
-        processor.send_signal(signal.SIGTERM)
+        press_ctrl_c(processor)  # a Windows console's reaches the parser children too
         _, err = processor.communicate(timeout=60)
     finally:
         if processor.poll() is None:
             processor.kill()
             processor.communicate()
 
-    assert processor.returncode == 0, err
+    assert processor.returncode == 130, err  # as shells report a Ctrl-C
     assert "Traceback" not in err
     _, alive = psutil.wait_procs(family, timeout=30)
     assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []

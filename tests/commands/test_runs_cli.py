@@ -52,7 +52,7 @@ def test_trigger_runs_states_and_logs(project):
     states = run("tasks", "states", "example_etl", run_id, env=project).stdout.splitlines()
     assert [line.split()[:2] for line in states[2:]] == []  # queued: no task instances yet
 
-    assert run("scheduler", "--num-loops", "60", env=project).exit_code == 0
+    assert run("scheduler", "--exit-when-idle", env=project).exit_code == 0
     states = run("tasks", "states", "example_etl", run_id, env=project).stdout.splitlines()
     assert [line.split()[:3] for line in states[2:]] == [
         ["extract", "success", "1"], ["transform", "success", "1"], ["load", "success", "1"],

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from spawnflow.bootstrap import lifecycle
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.launcher import ChildBootError, ChildSpec, launch
 from spawnflow.bootstrap.wire import ErrorResponse
 from tests.fixtures.messages import Echo, Echoed, Finished, Go
@@ -82,7 +83,7 @@ def test_child_configures_logging_for_its_role_and_stdlib_records_join_it(
     assert report.values["role"] == "test-logger"
     assert report.values["log_file"] == str(log_file)
     # Only the child's own handler: nothing inherited from the parent (pytest's, under fork).
-    assert report.values["handlers"] == ["FileHandler"]
+    assert report.values["handlers"] == ["LogFileHandler"]
     events = [json.loads(line) for line in log_file.read_text().splitlines()]
     mine = [e for e in events if nonce in json.dumps(e)]
     assert {e["logger"] for e in mine} == {"tests.child", "sqlalchemy.pool.fake"}
@@ -226,3 +227,57 @@ def test_captured_output_reaches_the_parent_from_every_writer(start_method, make
         "python stdout", "raw fd 1", "from a subprocess",
     ]  # fmt: skip
     assert received["stderr"].decode().splitlines() == ["python stderr"]
+
+
+# Ends with its child still running: the launcher must stop it, and the exit not hang.
+ENDS_WITH_A_CHILD_RUNNING = """
+import multiprocess.util  # its exit handler registers again on its logger's first use
+from spawnflow.bootstrap import launcher, settings
+settings.install(settings.resolve())
+spec = launcher.ChildSpec("test-child", "spawnflow.processors.probe:wait_for_stop")
+child = launcher.launch(spec, method={method!r})
+child.wait_ready(timeout=120)
+multiprocess.util.get_logger()
+print(child.pid, flush=True)
+"""
+
+
+def test_a_script_that_ends_with_a_child_running_stops_it_and_exits(start_method, tmp_path):
+    from tests.process.test_stop import gone
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+    env["SPAWNFLOW_HOME"] = str(tmp_path)
+    script = subprocess.Popen(
+        [sys.executable, "-c", ENDS_WITH_A_CHILD_RUNNING.format(method=start_method)], env=env,
+        cwd=Path(__file__).parents[2], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        out, err = script.communicate(timeout=120)
+    finally:
+        if script.poll() is None:  # it hung at exit: take it and its child down
+            import psutil
+
+            for process in psutil.Process(script.pid).children(recursive=True):
+                process.kill()
+            script.kill()
+            script.communicate()
+    assert script.returncode == 0, err
+    assert gone(int(out.split()[-1])), "the child outlived the script"
+
+
+def test_only_windows_children_run_a_thread_to_watch_their_control_pipe(
+    start_method, make_settings
+):
+    # macOS children learn of their parent's death from a signal (O_ASYNC on the control
+    # pipe): a thread there would make every fork in the child a multi-threaded fork.
+    make_settings()
+    platform = platforms.current()
+    assert platform.control_by_signal is (platform.name == "darwin")
+    with launch(ChildSpec("test-child", f"{TARGETS}:report_threads"), method=start_method) as child:
+        child.wait_ready()
+        threads = child.channel.recv(timeout=60).values["threads"]
+        child.join(timeout=60)
+
+    watched_by_thread = platform.name == "windows"
+    assert ("spawnflow-control" in threads) is watched_by_thread, threads
+    assert len(threads) == (2 if watched_by_thread else 1), threads

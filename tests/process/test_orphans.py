@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import time
 
 import psutil
@@ -12,15 +11,15 @@ import pytest
 from spawnflow.bootstrap import lifecycle
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.launcher import ChildSpec, launch
-from tests.process.test_stop import gone, running
+from tests.oskit import KILLED, POSIX
+from tests.process.test_stop import gone, running, supervisor_spec
 
 pytestmark = pytest.mark.process
 TARGETS = "tests.fixtures.targets"
-POSIX = platforms.current().process_groups
 
 
 def start_supervisor(method: str, **kwargs) -> tuple:
-    spec = ChildSpec("test-supervisor", f"{TARGETS}:supervise", {"method": method, **kwargs})
+    spec = supervisor_spec({"method": method, **kwargs})
     supervisor = launch(spec, method=method)
     supervisor.wait_ready()
     grandchild = supervisor.channel.recv(timeout=120).values["grandchild"]
@@ -33,38 +32,57 @@ def test_grandchildren_stop_when_their_supervisor_is_killed(start_method, make_s
 
     psutil.Process(supervisor.pid).kill()
 
-    assert supervisor.join(timeout=60).describe(meaning=False) in (
-        "killed by SIGKILL",  # POSIX
-        "exited with code 1",  # TerminateProcess on Windows
-    )
+    assert supervisor.join(timeout=60).describe(meaning=False) == KILLED
+    # Linux: the kernel's parent-death signal. macOS and Windows: the grandchild's
+    # control pipe reports the EOF of its parent's death (a signal on macOS, a thread
+    # on Windows).
     assert gone(grandchild, timeout=60)
 
 
-@pytest.mark.skipif(not POSIX, reason="drives the macOS path, which needs fork and POSIX")
-def test_grandchildren_see_their_parent_die_through_the_control_pipe(make_settings):
-    # macOS has no parent-death signal: a child watches its control pipe for the EOF
-    # that its parent's death causes. A fork grandchild inherits the supervisor's
-    # choice of platform, so this drives exactly that path here.
-    make_settings(**{"core.stop_grace_period": "5"})
-    supervisor, grandchild = start_supervisor("fork", grandchild="wait_quietly", platform="darwin")
+def test_user_code_whose_parent_is_killed_dies_at_once_with_what_it_started(
+    start_method, make_settings
+):
+    # Grace 60: an orphan that only stopped warm would still be there when we look.
+    make_settings(**{"core.stop_grace_period": "60"})
+    spec = supervisor_spec({
+        "method": start_method, "grandchild": "start_a_sleeper", "kill_with_parent": True,
+    })  # fmt: skip
+    supervisor = launch(spec, method=start_method)
+    supervisor.wait_ready()
+    report = supervisor.channel.recv(timeout=120).values
+    grandchild, sleeper = report["grandchild"], report["sleeper"]
+    try:
+        psutil.Process(supervisor.pid).kill()
 
-    psutil.Process(supervisor.pid).kill()
+        supervisor.join(timeout=60)
+        assert gone(grandchild, timeout=30), "user code outlived its killed parent"
+        if platforms.current().parent_death_signal:
+            # Linux: the kernel killed the grandchild alone; whoever launched the lost
+            # parent kills the group it leaves (the executor does this for a dead worker's
+            # task).
+            platforms.current().kill_orphaned_group(grandchild, 0.0)
+        assert gone(sleeper, timeout=30), "what user code started outlived its killed parent"
+    finally:
+        kill_if_running(grandchild, sleeper)
 
-    supervisor.join(timeout=60)
-    assert gone(grandchild, timeout=60)
+
+def kill_if_running(*pids: int) -> None:
+    """Clean up after a failure: processes a test expected to be gone."""
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
 
 
+@pytest.mark.skipif("fork" not in platforms.current().start_methods, reason="no fork here")
 def test_a_killed_supervisor_closes_its_channel_even_with_a_fork_grandchild(
     start_method, make_settings
 ):
     make_settings(**{"core.stop_grace_period": "5"})
     # A fork grandchild inherits every descriptor of the supervisor, its end of the
     # channel to us included; it ignores the stop its parent's death sends it.
-    spec = ChildSpec(
-        "test-supervisor",
-        f"{TARGETS}:supervise",
-        {"method": "fork", "grandchild": "ignore_stop_signals"},
-    )
+    spec = supervisor_spec({"method": "fork", "grandchild": "ignore_stop_signals"})
     supervisor = launch(spec, method=start_method)
     supervisor.wait_ready()
     grandchild = supervisor.channel.recv(timeout=120).values["grandchild"]
@@ -78,7 +96,6 @@ def test_a_killed_supervisor_closes_its_channel_even_with_a_fork_grandchild(
             psutil.Process(grandchild).kill()
 
 
-@pytest.mark.skipif(not POSIX, reason="sends SIGTERM, which Windows does not have")
 def test_a_second_stop_request_makes_the_childs_own_stop_cold(
     start_method, make_settings, tmp_path
 ):
@@ -89,9 +106,9 @@ def test_a_second_stop_request_makes_the_childs_own_stop_cold(
         start_method, grandchild="note_sigterm_and_stay", kwargs={"marker": str(marker)}
     )
 
-    os.kill(supervisor.pid, signal.SIGTERM)  # warm: the child starts stopping its grandchild
+    supervisor.request_warm_stop()  # warm: the child starts stopping its grandchild
     assert wait_for(marker.exists), "the grandchild never got its warm stop"
-    os.kill(supervisor.pid, signal.SIGTERM)  # now
+    supervisor.request_warm_stop()  # now
 
     status = supervisor.join(timeout=30)
     assert status is not None, "the second request did not cut the child's stop short"

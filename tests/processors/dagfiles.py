@@ -12,7 +12,7 @@ from spawnflow import CommandTask, Dag
 {extra}
 with Dag("{dag_id}", tags=["test"]):
     for name in [{names}]:
-        CommandTask(name, "true")
+        CommandTask(name, "exit 0")
 """
 
 
@@ -21,7 +21,7 @@ HANG = "import time\ntime.sleep(600)\n"
 SEGFAULT = "import ctypes, faulthandler\nfaulthandler.disable()\nctypes.string_at(0)\n"
 OS_EXIT = "import os\nos._exit(7)\n"
 SYS_EXIT = "import sys\nsys.exit(3)\n"
-KILLED = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+KILLED = "import psutil\npsutil.Process().kill()\n"
 SYNTAX_ERROR = "from spawnflow import Dag\ndef broken(:\n    pass\n"
 MISSING_MODULE = "import no_such_module_for_spawnflow\n"
 THREAD_AT_IMPORT = good(
@@ -35,14 +35,14 @@ from spawnflow import CommandTask, Dag
 with open(os.environ.get("COUNTER", "") or __file__ + ".count", "a") as counter:
     counter.write("imported\\n")
 with Dag("{dag_id}"):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 """
 REPORTS_SQLALCHEMY = """
 import sys
 from spawnflow import CommandTask, Dag
 loaded = sorted(name for name in sys.modules if name.split(".")[0] == "sqlalchemy")
 with Dag("modules", description=",".join(loaded) or "none"):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 """
 
 
@@ -76,7 +76,7 @@ IMPORTS_HELPER = """
 import z_helper  # builds its own Dag, which stays the helper's
 from spawnflow import CommandTask, Dag
 with Dag("importer"):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 """
 
 SLOW_HANDLER = """
@@ -91,16 +91,19 @@ class Slow(logging.Handler):
 
 logging.getLogger().addHandler(Slow())
 with Dag("handler"):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 """
 
 LEAVES_A_DAEMON = """
 import subprocess
 from spawnflow import CommandTask, Dag
-daemon = subprocess.Popen(["sleep", "300"], start_new_session=True)
+import sys
+# A session of its own on POSIX (no group kill reaches it); Windows ignores the flag.
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                          start_new_session=True)
 open(__file__ + ".pid", "w").write(str(daemon.pid))
 with Dag("daemon"):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 """
 
 UNSTABLE_REPRS = """

@@ -67,13 +67,16 @@ with Dag("timeouts"):
 
     sleeps()
     stubborn()
-    masked()
+    if hasattr(signal, "pthread_sigmask"):  # POSIX
+        masked()
 
 
 with Dag("self_kill"):
     @task
     def killed():
-        os.kill(os.getpid(), signal.SIGKILL)
+        import psutil
+
+        psutil.Process().kill()  # SIGKILL on POSIX, TerminateProcess on Windows
 
     killed()
 
@@ -120,19 +123,35 @@ with Dag("gated", default_args={{"retries": 1, "retry_delay": 0}}):
 with Dag("held"):
     @task
     def hold():
+        mark("hold-started")  # the task process has booted and runs the task's code
         wait_for_gate("open")
         mark("held")
 
     hold()
 
 
+with Dag("retried_after_a_hang", default_args={{"retries": 1, "retry_delay": 0}}):
+    @task
+    def hangs_once():
+        first = not (MARKS / "first-try").exists()
+        mark("first-try")
+        if first:
+            wait_for_gate("never")  # the test freezes its worker meanwhile
+
+    hangs_once()
+
+
 with Dag("held_with_child"):
-    # A background job in the task's process group, then the gate.
-    CommandTask(
-        "hold_in_shell",
-        f"sleep 600 & echo $! > {{MARKS / 'background'}}; "
-        f"while [ ! -e {{MARKS / 'open'}} ]; do sleep 0.05; done",
-    )
+    @task
+    def hold_in_shell():
+        # A process of the task's own (in its process group on POSIX), then the gate.
+        import subprocess
+
+        job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        (MARKS / "background").write_text(str(job.pid))
+        wait_for_gate("open")
+
+    hold_in_shell()
 
 
 with Dag("reads_variable"):
@@ -207,12 +226,12 @@ from spawnflow import CommandTask, Dag, task
 hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
 with Dag("hourly_catchup", schedule="@hourly", start_date=hour - dt.timedelta(hours=5),
          catchup=True, max_active_runs=1):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 
 with Dag("paused_daily", schedule="@daily", start_date=dt.datetime(2026, 1, 1)):
-    CommandTask("t", "true")
+    CommandTask("t", "exit 0")
 
 with Dag("narrow", max_active_tasks=3):
     for n in range(10):
-        CommandTask(f"t{n}", "true")
+        CommandTask(f"t{n}", "exit 0")
 """

@@ -42,8 +42,11 @@ class Holding(BaseExecutor):
     def running(self) -> int:
         return 0  # it runs nothing
 
-    def end(self, grace=None) -> None:
-        pass
+    def holds(self) -> set[int]:
+        return {workload.ti_id for workload in self.held}
+
+    def end(self, grace=None) -> list:
+        return []  # it ran nothing, so nothing is left unfinished
 
 
 def setup(make_settings, tmp_path, **extra):
@@ -56,7 +59,7 @@ def setup(make_settings, tmp_path, **extra):
         "core.dags_folder": str(tmp_path / "dags"), "core.load_examples": "false", **extra,
     })  # fmt: skip
     schema.reset()
-    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    DagFileProcessorManager(settings).run(once=True)
     return settings
 
 
@@ -123,7 +126,7 @@ def test_a_changed_dag_retires_removed_tasks_and_adds_new_ones(make_settings, tm
     changed = changed.replace('with Dag("narrow", max_active_tasks=3):',
                               'with Dag("narrow", max_active_tasks=3) as narrow_dag:')  # fmt: skip
     (tmp_path / "dags" / "limits.py").write_text(changed)
-    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    DagFileProcessorManager(settings).run(once=True)
     Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
 
     tis = harness.task_instances(run_id)
@@ -151,7 +154,7 @@ def test_the_dag_bag_reads_each_dag_once_per_session_and_follows_new_versions(
     assert len(first.tasks) == 10
 
     (tmp_path / "dags" / "limits.py").write_text(harness.LIMITS.replace("range(10)", "range(4)"))
-    DagFileProcessorManager(settings, method="spawn").run(once=True)
+    DagFileProcessorManager(settings).run(once=True)
     with orm.session_scope() as session:
         assert len(bag.get(session, "narrow").tasks) == 4
         assert bag.get(session, "no_such_dag") is None

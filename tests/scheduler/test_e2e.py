@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -15,10 +16,10 @@ from sqlalchemy import create_engine, text
 
 from spawnflow.bootstrap import platform as platforms
 from tests.conftest import _server_database
+from tests.oskit import POSIX, press_ctrl_break, press_ctrl_c, start_in_console
 from tests.scheduler import harness
 
 pytestmark = pytest.mark.process
-POSIX = platforms.current().process_groups
 
 
 def environment(home: Path, method: str, url: str, dags: Path, **extra: str) -> dict[str, str]:
@@ -46,7 +47,8 @@ def spawnflow(*args: str, env: dict[str, str], timeout: float = 300) -> subproce
 
 
 def start(*args: str, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "spawnflow", *args], env=env, text=True,
+    """Start a command as a terminal would (see tests.oskit.press_ctrl_c)."""
+    return start_in_console([sys.executable, "-m", "spawnflow", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
 
 
@@ -89,38 +91,62 @@ def test_standalone_runs_the_example_dags_until_idle(start_method, home, tmp_pat
                       "example_fan_out_in": "success"}  # fmt: skip
 
 
-@pytest.mark.skipif(not POSIX, reason="sends SIGTERM")
-@pytest.mark.parametrize("finishes", [True, False], ids=["task-finishes", "task-stopped"])
-def test_standalone_stopped_with_sigterm_leaves_no_process_behind(
-    finishes, start_method, home, tmp_path
-):
-    """A warm stop lets a running task finish within the grace period; one that does
-    not finish is stopped, with the reason recorded, before the tree is gone."""
+@contextmanager
+def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: str):
+    """``spawnflow standalone`` running the held task, which finishes once ``marks/open``
+    exists: (the process, its descendants, the database URL, the marks folder)."""
     marks, dags = tmp_path / "marks", tmp_path / "dags"
     harness.write_dags(dags, marks)
     url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
-    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
-                      SPAWNFLOW__CORE__STOP_GRACE_PERIOD="10")  # fmt: skip
+    env = environment(home, method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
+                      SPAWNFLOW__CORE__STOP_GRACE_PERIOD=grace)  # fmt: skip
     assert spawnflow("db", "migrate", env=env).returncode == 0
     standalone = start("standalone", env=env)
     try:
         # "held" is a manual Dag: trigger it once the processor has stored it.
         wait_for(lambda: spawnflow("dags", "trigger", "held", env=env).returncode == 0,
                  what="the held Dag to be known")  # fmt: skip
-        wait_for(lambda: query(url, "SELECT state FROM task_instance WHERE task_id = 'hold'")
-                 == [("running",)], what="the held task to run")  # fmt: skip
-        family = descendants(standalone)
+        # Its code runs: the task process has booted. (A Windows console's Ctrl-C that
+        # finds a child still booting, before it could shield itself, kills it.)
+        wait_for(lambda: (marks / "hold-started").exists(), what="the held task to run")
+        yield standalone, descendants(standalone), url, marks
+    finally:
+        if standalone.poll() is None:
+            # The whole tree: its children would stop warm, taking the grace period, and
+            # hold its output pipes open meanwhile.
+            for process in [*descendants(standalone), psutil.Process(standalone.pid)]:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+            standalone.communicate()
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("finishes", [True, False], ids=["task-finishes", "task-stopped"])
+def test_standalone_stopped_warm_leaves_no_process_behind(
+    finishes, how, start_method, home, tmp_path
+):
+    """A warm stop lets a running task finish within the grace period; one that does
+    not finish is stopped, with the reason recorded, before the tree is gone.
+
+    On a Windows console Ctrl-C reaches every process of the tree: only the top-level
+    command may act on it, or the running task would be failed at once."""
+    if how == "sigterm" and not POSIX:
+        pytest.skip("a Windows process gets no SIGTERM from another: os.kill terminates it")
+    with standalone_holding_a_task(home, start_method, tmp_path, grace="10") as held:
+        standalone, family, url, marks = held
         assert len(family) >= 4  # processor, scheduler, a worker, a task process at least
 
-        standalone.send_signal(signal.SIGTERM)
+        if how == "sigterm":
+            standalone.send_signal(signal.SIGTERM)
+        else:
+            press_ctrl_c(standalone)
         if finishes:
             (marks / "open").touch()
         _out, err = standalone.communicate(timeout=120)
-    finally:
-        if standalone.poll() is None:
-            standalone.kill()
-            standalone.communicate()
-    assert standalone.returncode == 0, err
+    # As shells report a command a signal stopped: 128 + SIGINT or SIGTERM.
+    assert standalone.returncode == (130 if how == "ctrl-c" else 143), err
     assert "Traceback" not in err
     assert all_gone(family), [p for p in family if p.is_running()]
     hold = query(url, "SELECT state, reason FROM task_instance WHERE task_id = 'hold'")
@@ -131,7 +157,69 @@ def test_standalone_stopped_with_sigterm_leaves_no_process_behind(
         assert hold == [("failed", "stopped because spawnflow shut down before the task finished")]
 
 
-@pytest.mark.skipif(not POSIX, reason="SIGKILL")
+def test_a_second_ctrl_c_right_after_the_first_stops_standalone_at_once(
+    start_method, home, tmp_path
+):
+    """However soon the second Ctrl-C follows the first, the stop is cold; the task it
+    cut short is queued again at once with the reason, its try not counted."""
+    # A warm stop would give the held task ten minutes: only a cold one ends in time.
+    with standalone_holding_a_task(home, start_method, tmp_path, grace="600") as held:
+        standalone, family, url, marks = held
+        press_ctrl_c(standalone)
+        time.sleep(0.1)  # the gap between the two presses: the fault this test injects
+        press_ctrl_c(standalone)
+        out, err = standalone.communicate(timeout=120)
+    assert standalone.returncode == 130, err
+    assert "stopped in" in out
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
+    assert not (marks / "held").exists()  # stopped, not finished
+    hold = query(url, "SELECT state, try_number, reason FROM task_instance "
+                      "WHERE task_id = 'hold'")  # fmt: skip
+    assert hold == [
+        ("scheduled", 0, "standalone was stopped cold before the task finished; queued again")
+    ]
+
+
+def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
+    start_method, home, tmp_path
+):
+    """``spawnflow scheduler`` alone, as a user runs it beside a Dag processor."""
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    url = f"sqlite:///{(tmp_path / 'scheduler.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
+                      SPAWNFLOW__CORE__STOP_GRACE_PERIOD="600")  # fmt: skip
+    assert spawnflow("db", "migrate", env=env).returncode == 0
+    assert spawnflow("dag-processor", "--once", env=env).returncode == 0
+    assert spawnflow("dags", "trigger", "held", env=env).returncode == 0
+    scheduler = start("scheduler", env=env)
+    family = []
+    try:
+        wait_for(lambda: (marks / "hold-started").exists(), what="the held task to run")
+        family = descendants(scheduler)
+        press_ctrl_c(scheduler)
+        time.sleep(0.1)  # the gap between the two presses: the fault this test injects
+        press_ctrl_c(scheduler)
+        _, err = scheduler.communicate(timeout=120)
+    finally:
+        if scheduler.poll() is None:
+            for process in [*descendants(scheduler), psutil.Process(scheduler.pid)]:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+            scheduler.communicate()
+    assert scheduler.returncode == 130, err
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
+    assert not (marks / "held").exists()
+    hold = query(url, "SELECT state, try_number, reason FROM task_instance "
+                      "WHERE task_id = 'hold'")  # fmt: skip
+    assert hold == [("scheduled", 0, "its scheduler stopped before the task finished "
+                     "(a cold stop); queued again")]  # fmt: skip
+
+
 def test_a_scheduler_killed_mid_run_and_restarted_loses_nothing_and_runs_nothing_twice(
     start_method, home, tmp_path
 ):
@@ -147,7 +235,7 @@ def test_a_scheduler_killed_mid_run_and_restarted_loses_nothing_and_runs_nothing
     wait_for(lambda: query(url, "SELECT state FROM task_instance WHERE task_id = 'gate'")
              == [("running",)], what="the gate task to run")  # fmt: skip
     family = descendants(first)
-    first.kill()  # SIGKILL: no clean-up of any kind
+    first.kill()  # SIGKILL or TerminateProcess: no clean-up of any kind
     first.communicate()
     assert all_gone(family), "the killed scheduler's workers or tasks survived it"
 
@@ -157,7 +245,7 @@ def test_a_scheduler_killed_mid_run_and_restarted_loses_nothing_and_runs_nothing
         wait_for(lambda: query(url, "SELECT state FROM dag_run") == [("success",)],
                  timeout=180, what="the run to finish after the restart")  # fmt: skip
     finally:
-        second.send_signal(signal.SIGTERM)
+        press_ctrl_c(second)
         second.communicate(timeout=60)
     for task in ("before", "gate", "after"):
         assert (marks / task).read_text().splitlines() == ["done"], task
@@ -183,7 +271,7 @@ def test_two_schedulers_never_run_one_task_instance_twice(
                  timeout=180, what="the wide run to finish")  # fmt: skip
     finally:
         for scheduler in schedulers:
-            scheduler.send_signal(signal.SIGTERM)
+            press_ctrl_c(scheduler)
         for scheduler in schedulers:
             scheduler.communicate(timeout=60)
     lines = (marks / "wide").read_text().split("\n")
@@ -191,3 +279,21 @@ def test_two_schedulers_never_run_one_task_instance_twice(
     assert sorted(tasks) == [f"t{n:02}" for n in range(20)]  # each exactly once
     tries = query(url, "SELECT try_number FROM task_instance")
     assert tries == [(1,)] * 20
+
+
+def test_ctrl_break_on_a_windows_console_stops_standalone_now(start_method, home, tmp_path):
+    """Ctrl-Break reaches every process on a Windows console: the children ignore it and
+    the top-level command takes it as a second Ctrl-C, stopping the tree cold."""
+    if not platforms.current().console_broadcast:
+        pytest.skip("Ctrl-Break exists on Windows consoles only")
+    # A warm stop would give the held task ten minutes: only a cold one ends in time.
+    with standalone_holding_a_task(home, start_method, tmp_path, grace="600") as held:
+        standalone, family, _, marks = held
+        press_ctrl_break(standalone)
+        out, err = standalone.communicate(timeout=120)
+    # Stopped by its own hand (not killed by the signal's default action, as before):
+    assert standalone.returncode == 128 + signal.SIGBREAK, err  # type: ignore[attr-defined]
+    assert "stopped in" in out
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
+    assert not (marks / "held").exists()  # stopped, not finished

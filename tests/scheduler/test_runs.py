@@ -9,18 +9,18 @@ import pytest
 from sqlalchemy import select
 
 from spawnflow.bootstrap import orm
-from spawnflow.bootstrap import platform as platforms
 from spawnflow.executors.local import LocalExecutor
 from spawnflow.models.run import XCom
 from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 from spawnflow.processors.scheduler.job import Scheduler
 from spawnflow.sdk import xcom
 from spawnflow.services import runs as run_service
+from tests.oskit import KILLED, POSIX
+from tests.process.test_orphans import kill_if_running
 from tests.process.test_stop import gone, running
 from tests.scheduler import harness
 
 pytestmark = pytest.mark.process
-POSIX = platforms.current().process_groups
 
 
 @pytest.fixture
@@ -103,7 +103,6 @@ def _log(settings, run_id, task_id, attempt):
     return attempt_log(settings, run.dag_id, run.run_id, task_id, attempt)
 
 
-@pytest.mark.skipif(not POSIX, reason="a task that ignores SIGTERM and SIGINT: POSIX signals")
 def test_execution_timeout_stops_a_task_in_native_code_or_ignoring_signals(scheduling):
     settings, _ = scheduling
     run_id = run_dag(settings, "timeouts")
@@ -112,21 +111,19 @@ def test_execution_timeout_stops_a_task_in_native_code_or_ignoring_signals(sched
     assert tis["sleeps"].reason == (
         "execution_timeout of 1 seconds exceeded; the task process was stopped"
     )
-    for stubborn in ("stubborn", "masked"):  # SIGTERM ignored; SIGTERM blocked in C code
+    # SIGTERM and SIGINT ignored; both blocked while in C code (POSIX only).
+    for stubborn in ("stubborn", "masked") if POSIX else ("stubborn",):
         assert tis[stubborn].reason == (
             "execution_timeout of 1 seconds exceeded; the task process was killed"
         ), stubborn
-    for ti in tis.values():
-        assert ti.duration < 60  # stopped, not waited for: 600 s sleeps
 
 
-@pytest.mark.skipif(not POSIX, reason="SIGKILL")
-def test_a_task_killed_by_a_signal_fails_with_the_signal_named(scheduling):
+def test_a_task_killed_from_outside_fails_saying_how_it_ended(scheduling):
     settings, _ = scheduling
     run_id = run_dag(settings, "self_kill")
     killed = harness.task_instances(run_id)["killed"]
     assert killed.state == "failed"
-    assert killed.reason == "the task process killed by SIGKILL before reporting"
+    assert killed.reason == f"the task process {KILLED} before reporting"
 
 
 def test_an_xcom_that_cannot_be_stored_fails_the_task_naming_key_and_type(scheduling):
@@ -171,12 +168,11 @@ def test_a_worker_killed_mid_task_fails_the_task_and_is_replaced(scheduling):
     hold = harness.task_instances(run_id)["hold"]
     assert killed, "the task never ran"
     assert (hold.state, hold.reason) == (
-        "failed", f"its executor worker (pid {killed[0]}) killed by SIGKILL while it ran the task",
+        "failed", f"its executor worker (pid {killed[0]}) {KILLED} while it ran the task",
     )  # fmt: skip
     assert executor.replaced == 1
 
 
-@pytest.mark.skipif(not POSIX, reason="process groups")
 def test_a_worker_killed_mid_task_takes_the_task_and_what_it_started_along(scheduling):
     settings, marks = scheduling
     run_id = harness.trigger("held_with_child")
@@ -192,14 +188,17 @@ def test_a_worker_killed_mid_task_takes_the_task_and_what_it_started_along(sched
                 psutil.Process(ti.worker_pid).kill()
 
     check = harness.deadline(120)
-    Scheduler(settings, only_runs={run_id}, on_loop=kill_the_worker).run(
-        until=lambda: check(run_id)
-    )
-    ti = harness.task_instances(run_id)["hold_in_shell"]
-    assert seen, "the task never ran"
-    assert ti.reason.startswith(f"its executor worker (pid {seen['worker']}) killed by SIGKILL")
-    assert gone(seen["task"]), "the task process outlived its worker"
-    assert gone(seen["background"]), "the task's background job outlived its worker"
+    try:
+        Scheduler(settings, only_runs={run_id}, on_loop=kill_the_worker).run(
+            until=lambda: check(run_id)
+        )
+        ti = harness.task_instances(run_id)["hold_in_shell"]
+        assert seen, "the task never ran"
+        assert ti.reason.startswith(f"its executor worker (pid {seen['worker']}) {KILLED}")
+        assert gone(seen["task"]), "the task process outlived its worker"
+        assert gone(seen["background"]), "what the task started outlived its worker"
+    finally:
+        kill_if_running(*seen.values())
 
 
 def _stopped_from_outside(settings, run_id: int, task_id: str, attempt: int) -> bool:
@@ -299,3 +298,31 @@ def test_an_xcom_over_max_xcom_size_fails_the_task(start_method, make_settings, 
     assert (big.state, big.reason) == (
         "failed", "XCom 'return_value' of task 'big' is 5002 bytes; [core] max_xcom_size is 1000",
     )  # fmt: skip
+
+
+def test_a_worker_that_stops_answering_is_replaced_and_its_task_retried(scheduling):
+    settings, marks = scheduling
+    executor = LocalExecutor(settings)
+    run_id = harness.trigger("retried_after_a_hang")
+    frozen: list[int] = []
+
+    def freeze_the_worker(summary) -> None:
+        ti = harness.task_instances(run_id)["hangs_once"]
+        if not frozen and ti.state == "running" and (marks / "first-try").exists():
+            psutil.Process(ti.worker_pid).suspend()  # SIGSTOP; NtSuspendProcess on Windows
+            frozen.append(ti.worker_pid)
+
+    check = harness.deadline(180)
+    try:
+        # The retry may run on the other worker before the frozen one is found out: wait
+        # for both.
+        Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=freeze_the_worker).run(
+            until=lambda: check(run_id) and executor.replaced > 0
+        )
+    finally:
+        kill_if_running(*frozen)
+    ti = harness.task_instances(run_id)["hangs_once"]
+    assert frozen, "the task never ran"
+    assert (ti.state, ti.try_number) == ("success", 2)
+    assert executor.replaced == 1
+    assert gone(frozen[0]), "the frozen worker was not stopped"

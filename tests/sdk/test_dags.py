@@ -7,8 +7,7 @@ import datetime as dt
 import pytest
 
 from spawnflow import CommandTask, Dag, DagDefinitionError, PythonTask, TriggerRule, dag, task
-from spawnflow.sdk import dags as dags_module
-from spawnflow.sdk import schedule
+from spawnflow.sdk import building, schedule
 
 START = dt.datetime(2026, 1, 1)
 HERE = __file__
@@ -170,11 +169,11 @@ def test_dependencies_across_dags_are_refused():
 
 
 def test_built_dags_are_collected_for_the_file_parser():
-    dags_module.forget_built_dags()
+    building.forget_built_dags()
     first, second = Dag("first"), Dag("second")
-    assert dags_module.built_dags() == [first, second]
-    dags_module.forget_built_dags()
-    assert dags_module.built_dags() == []
+    assert building.built_dags() == [first, second]
+    building.forget_built_dags()
+    assert building.built_dags() == []
 
 
 def test_a_start_dates_time_zone_survives_serialization():

@@ -10,15 +10,16 @@ import msgspec
 import pytest
 
 import spawnflow.example_dags
-from spawnflow.sdk import dags, serialize
+from spawnflow.sdk import building, dags, serialize
+from spawnflow.sdk.partitions import Custom
 
 EXAMPLES = Path(spawnflow.example_dags.__file__).parent
 
 
 def build(name: str) -> dags.Dag:
-    dags.forget_built_dags()
+    building.forget_built_dags()
     runpy.run_path(str(EXAMPLES / f"{name}.py"))
-    (built,) = dags.built_dags()
+    (built,) = building.built_dags()
     return built
 
 
@@ -62,19 +63,47 @@ def test_the_hash_changes_with_the_dag_and_only_with_it():
     assert serialize.dag_hash(serialize.serialize(build("example_command"))) != first
 
 
-def test_the_readme_example_dag_loads(tmp_path):
+def load_readme_example(after: str, tmp_path: Path):
+    """The Dags of the README's first Python example after ``after``, and the error."""
     from spawnflow.processors.dag_processor.parser import load_dags
 
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Writing Dags") :]
+    section = readme[readme.index(after) :]
     code = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
-    path = tmp_path / "readme_dag.py"
+    path = tmp_path / "readme_example.py"
     path.write_text(code)
+    return load_dags(str(path))
 
-    found, error = load_dags(str(path))
+
+def test_the_readme_example_dag_loads(tmp_path):
+    found, error = load_readme_example("## Writing Dags", tmp_path)
 
     assert error is None
     (orders,) = found
     assert [t.task_id for t in orders.tasks] == ["extract", "total", "report", "done"]
     assert orders.task("total").upstream == ["extract"]
     assert orders.task("done").trigger_rule == "all_done"
+
+
+def test_the_readme_asset_example_loads(tmp_path):
+    found, error = load_readme_example("**Scheduling on data.**", tmp_path)
+
+    assert error is None
+    load_orders, revenue = found
+    assert load_orders.task("load").outlets == ["s3://shop/orders"]
+    assert revenue.schedule.kind == "assets"
+    assert revenue.schedule.describe() == "assets: s3://shop/orders & s3://shop/prices"
+    assert [(ref.uri, ref.name) for ref in revenue.assets] == [
+        ("s3://shop/orders", "s3://shop/orders"),
+        ("s3://shop/prices", "prices"),
+    ]
+
+
+def test_the_readme_custom_mapper_example_loads(tmp_path):
+    found, error = load_readme_example("A mapper of your own", tmp_path)
+
+    assert error is None
+    [daily_sales] = found
+    assert daily_sales.schedule.partition_mappers == {
+        "s3://sales/by-region": Custom(name="RegionDay")
+    }

@@ -7,22 +7,25 @@ string (``tests.fixtures.xcom_backends``), loaded by the helper child itself.
 from __future__ import annotations
 
 import json
-import time
 
 import psutil
 import pytest
 
 from spawnflow import xcoms
 from spawnflow.bootstrap import wire
+from spawnflow.comms.states import ErrorKind
 from spawnflow.comms.tasks import Done, GetVariable, VariableValue
 from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom, XComLoaded, XComStored
 from spawnflow.sdk import XComRef
-from spawnflow.xcoms.calls import BACKEND_ERROR, BACKEND_TIMEOUT, XComHelper
+from spawnflow.xcoms.calls import XComHelper
+from tests.oskit import KILLED
+
+BACKEND_ERROR, BACKEND_TIMEOUT = ErrorKind.XCOM_BACKEND_ERROR, ErrorKind.XCOM_BACKEND_TIMEOUT
 
 MISBEHAVING = "tests.fixtures.xcom_backends:MisbehavingBackend"
 
 
-def ref(key: str, size: int = 10) -> XComRef:
+def ref(key: str, size: int = 0) -> XComRef:
     return XComRef("dag", "run_1", "task", key, size)
 
 
@@ -56,14 +59,8 @@ def helpers():
 
 
 def serve_until(helper: XComHelper, done, seconds: float = 120) -> None:
-    """Drive the helper as a supervisor's wait loop does, until ``done()``."""
-    from multiprocess.connection import wait
-
-    ends = time.monotonic() + seconds
-    while not done():
-        assert time.monotonic() < ends, "the helper did not answer in time"
-        wait(helper.wait_objects(), timeout=min(1.0, helper.seconds_to_deadline() or 1.0))
-        helper.service()
+    """Drive the helper's watch, as a supervisor's loop does, until ``done()``."""
+    assert helper.watch.until(done, timeout=seconds, poll=0.05), "no answer in time"
 
 
 def test_a_value_round_trips_through_the_helper_and_purge_removes_it(
@@ -108,7 +105,7 @@ def test_a_helper_killed_mid_call_fails_every_waiting_call_and_the_next_call_get
     psutil.Process(first_pid).kill()
     serve_until(helper, lambda: len(answers) == 2)
     assert [a.kind for a in answers] == [BACKEND_ERROR, BACKEND_ERROR]
-    assert f"the XCom helper (pid {first_pid}) ended (killed by SIGKILL)" in answers[0].message
+    assert f"the XCom helper (pid {first_pid}) ended ({KILLED})" in answers[0].message
 
     after = helper.call(store("after"))
     assert isinstance(after, XComStored)
@@ -234,3 +231,45 @@ def test_a_backend_answer_of_the_wrong_type_fails_the_call_not_the_caller(helper
     assert "deserialize() returned a bytes, not a str" in loaded.message
     assert isinstance(helper.call(store("after")), XComStored)
     assert helper.started == 1
+
+
+HOSTILE = "tests.fixtures.xcom_backends:Hostile"
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "cause"),
+    [
+        ("wrong_type", BACKEND_ERROR, "load() returned a str, not bytes"),
+        ("wrong_value", BACKEND_ERROR, "but the value pushed was 9: it is not what was stored"),
+        ("bad_deserialize", BACKEND_ERROR, "ValueError: the key to decrypt it is gone"),
+        ("undecodable", BACKEND_ERROR, "is not the JSON text pushed"),
+        ("huge", ErrorKind.XCOM_TOO_LARGE, "is 2097154 bytes; [core] max_xcom_size is 1048576"),
+    ],
+)  # fmt: skip
+def test_what_a_backend_gives_back_is_checked_and_fails_that_call_only(
+    helper_settings, helpers, key, kind, cause
+):
+    helper = helpers(helper_settings(backend=HOSTILE))
+    stored = helper.call(store(key))
+    assert isinstance(stored, XComStored)
+    loaded = helper.call(
+        lambda id: LoadXCom(id=id, ref=ref(key, len('"a value"')), reference=stored.reference)
+    )
+    assert loaded.kind == kind
+    assert loaded.message.startswith(
+        f"the XCom backend {HOSTILE} could not load XCom {key!r} of task 'task'"
+    )
+    assert cause in loaded.message
+    assert isinstance(helper.call(store("after")), XComStored)  # the helper still serves
+    assert helper.started == 1
+
+
+def test_a_reference_too_long_for_the_database_is_refused_and_its_object_deleted(
+    helper_settings, helpers, tmp_path
+):
+    helper = helpers(helper_settings(backend=HOSTILE))
+    refused = helper.call(store("long_reference"))
+    assert refused.kind == BACKEND_ERROR
+    assert "store() returned a reference of" in refused.message
+    assert "may be at most 4096; what it stored was deleted again" in refused.message
+    assert list((tmp_path / "xcoms").rglob("long_reference-*")) == []

@@ -90,6 +90,34 @@ with Dag("replacing"):
     push_twice()
 
 
+with Dag("hostile"):
+    @task
+    def push_them():
+        for key in ("wrong_type", "huge", "unpurgeable"):
+            xcom_push(key, "a value")
+
+    @task
+    def pull_wrong_type():
+        return xcom_pull("push_them", "wrong_type")
+
+    @task
+    def pull_huge():
+        return xcom_pull("push_them", "huge")
+
+    @task
+    def replace_unpurgeable():
+        xcom_push("unpurgeable", "first")
+        xcom_push("unpurgeable", "second")
+
+    @task
+    def push_long_reference():
+        xcom_push("long_reference", "a value")
+
+    push_them() >> [pull_wrong_type(), pull_huge()]
+    replace_unpurgeable()
+    push_long_reference()
+
+
 with Dag("lost"):
     @task
     def keep():
@@ -286,6 +314,43 @@ def test_xcom_list_and_get_show_resolved_values_and_where_they_are_kept(xcom_run
     assert_user_error(missing, "has no XCom 'nope'")
 
 
+HOSTILE = "tests.fixtures.xcom_backends:Hostile"
+
+
+def test_a_backend_that_gives_back_the_wrong_thing_fails_the_pull_with_its_kind(xcom_run):
+    _run_id, tis = xcom_run("hostile", backend=HOSTILE)
+    assert tis["push_them"].state == "success"
+    for task_id, kind, cause in (
+        ("pull_wrong_type", "XCOM_BACKEND_ERROR", "load() returned a str, not bytes"),
+        ("pull_huge", "XCOM_TOO_LARGE", "[core] max_xcom_size is 1048576"),
+    ):
+        reason = tis[task_id].reason
+        assert tis[task_id].state == "failed", reason
+        assert f"{kind}: the XCom backend {HOSTILE} could not load XCom" in reason
+        assert cause in reason
+
+
+def test_a_replaced_value_the_backend_cannot_delete_fails_the_push_naming_it(xcom_run):
+    run_id, tis = xcom_run("hostile", backend=HOSTILE)
+    reason = tis["replace_unpurgeable"].reason
+    assert tis["replace_unpurgeable"].state == "failed"
+    kept = rows(run_id)[("replace_unpurgeable", "unpurgeable")]
+    assert stored_text(Path(kept.reference.removeprefix("file://"))) == '"second"'
+    assert "XCOM_BACKEND_ERROR: XCom 'unpurgeable' of task 'replace_unpurgeable' was " in reason
+    assert "but the value it replaces is left at file://" in reason
+    assert "this backend never deletes 'unpurgeable'" in reason
+
+
+def test_tasks_clear_that_cannot_delete_a_stored_value_says_so_and_exits_non_zero(xcom_run):
+    run_id, tis = xcom_run("hostile", backend=HOSTILE)
+    env = {**xcom_run.env, "SPAWNFLOW__CORE__XCOM_BACKEND": HOSTILE}
+    cleared = run("tasks", "clear", "hostile", _run_name(tis["push_them"]), "push_them", env=env)
+    error = assert_user_error(cleared, "could not delete 1 stored value(s), left in place: ")
+    assert "unpurgeable" in error
+    assert "XCOM_BACKEND_ERROR" in error
+    assert harness.task_instances(run_id)["push_them"].state == "none"  # cleared all the same
+
+
 def test_a_backend_that_cannot_load_stops_the_scheduler_at_start_up(xcom_run, make_settings):
     from spawnflow import xcoms
 
@@ -364,3 +429,18 @@ def test_references_round_trip_on_server_databases(
     cleared = run_service.clear("passing", _run_name(tis["produce"]), ["produce"])
     assert cleared.purge_failures == []
     assert len(list((tmp_path / "xcoms").rglob("*.json"))) == 1
+
+
+def test_a_reference_too_long_for_any_database_is_refused_before_it_is_written(
+    db_backend, database_url, start_method, make_settings, tmp_path
+):
+    """MariaDB would cut it or refuse it with its own error (1406), PostgreSQL and SQLite
+    would keep it: every database gets the same refusal, and no row."""
+    run_dag = dag_runner(start_method, make_settings, tmp_path, database_url)
+    run_id, tis = run_dag("hostile", backend=HOSTILE)
+    reason = tis["push_long_reference"].reason
+    assert tis["push_long_reference"].state == "failed"
+    assert f"XCOM_BACKEND_ERROR: the XCom backend {HOSTILE} could not store XCom" in reason
+    assert "may be at most 4096; what it stored was deleted again" in reason
+    assert ("push_long_reference", "long_reference") not in rows(run_id)
+    assert list((tmp_path / "xcoms").rglob("long_reference-*")) == []

@@ -21,8 +21,11 @@ import cronsim  # noqa: F401
 
 from spawnflow.bootstrap import lifecycle, logs
 from spawnflow.bootstrap import platform as platforms
-from spawnflow.comms.parsing import ParseResult
+from spawnflow.processors.dag_processor.messages import MapPartition, ParseResult, PartitionMapped
 from spawnflow.sdk import loading, serialize
+from spawnflow.sdk.dags import Dag
+from spawnflow.sdk.partitions import MAX_PARTITION_KEY_LENGTH
+from spawnflow.sdk.schedule import zone_from_name
 from spawnflow.sdk.tasks import DagDefinitionError
 
 # Whatever answering the manager needs is loaded before any Dag file runs: a helper
@@ -31,8 +34,12 @@ from spawnflow.sdk.tasks import DagDefinitionError
 platforms.peak_rss_bytes()
 
 
-def parse_file(channel, path: str, dags_folder: str | None = None) -> None:
-    """Import the Dag file at ``path`` and send its Dags (or its error) to the manager.
+def parse_file(
+    channel, path: str, dags_folder: str | None = None, mappings: list[dict] | None = None
+) -> None:
+    """Import the Dag file at ``path`` and send its Dags (or its error) to the manager,
+    with the answers to ``mappings`` (MapPartition fields): the partitions its Dags'
+    own mappers map.
 
     Ends the process right after sending: threads the file started are not waited
     for, a copy of this process that the file forked at import sends nothing, and
@@ -44,26 +51,65 @@ def parse_file(channel, path: str, dags_folder: str | None = None) -> None:
     platforms.current().adopt_orphans()
     try:
         content = Path(path).read_bytes()
-    except OSError as error:
-        _send(channel, own_pid, path, "", [], f"cannot read {path}: {error.strerror}", started)
+    except OSError as unreadable:
+        _send(channel, own_pid, path, "", [], f"cannot read {path}: {unreadable.strerror}", started)
         return
     loading.prepare_path(path, dags_folder)
-    found, error = load_dags(path)
-    _send(channel, own_pid, path, serialize.file_hash(content), found, error, started)
+    dags, found, error = _load(path)
+    requests = [MapPartition(**fields) for fields in mappings or []]
+    mapped = map_partitions(dags, requests) if error is None else []
+    _send(channel, own_pid, path, serialize.file_hash(content), found, error, started, mapped)
 
 
 def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
     """Import ``path`` and serialize the Dags it defines, or say why it cannot."""
+    _, found, error = _load(path)
+    return found, error
+
+
+def _load(path: str) -> tuple[list[Dag], list[serialize.SerializedDag], str | None]:
+    """The Dags ``path`` defines, serialized too; or the file's import error."""
     try:
-        return [serialize.serialize(dag) for dag in loading.import_dag_file(path)], None
+        dags = loading.import_dag_file(path)
+        return dags, [serialize.serialize(dag) for dag in dags], None
     except lifecycle.WarmStop:
         raise
     except SystemExit as stop:
-        return [], f"{path} called sys.exit({stop.code!r}) while being imported"
+        return [], [], f"{path} called sys.exit({stop.code!r}) while being imported"
     except DagDefinitionError as error:
-        return [], str(error)
+        return [], [], str(error)
     except BaseException:  # noqa: BLE001 - whatever a Dag file raises is its import error
-        return [], _traceback_from(path)
+        return [], [], _traceback_from(path)
+
+
+def map_partitions(dags: list[Dag], requests: list[MapPartition]) -> list[PartitionMapped]:
+    """Answer each request with its Dag's mapper of the asset, as the Dag is now."""
+    by_id = {dag.dag_id: dag for dag in dags}
+    return [_map(by_id.get(request.dag_id), request) for request in requests]
+
+
+def _map(dag: Dag | None, request: MapPartition) -> PartitionMapped:
+    if dag is None:
+        return PartitionMapped(request.id, None, "the Dag is no longer in its file")
+    custom = dag.custom_mappers.get(request.uri)
+    builtin = (dag.schedule.partition_mappers or {}).get(request.uri)
+    try:
+        if custom is not None:
+            target = custom.target(request.key)
+        elif builtin is not None:  # the Dag's mapper of the asset is no longer its own
+            target = builtin.target(request.key, zone_from_name(dag.timezone))
+        else:
+            why = "the Dag no longer maps the asset's partitions"
+            return PartitionMapped(request.id, None, why)
+    except lifecycle.WarmStop:
+        raise
+    except Exception as error:  # noqa: BLE001 - the mapper is user code
+        return PartitionMapped(request.id, None, f"{type(error).__name__}: {error}")
+    if not isinstance(target, str) or not 0 < len(target) <= MAX_PARTITION_KEY_LENGTH:
+        why = (f"the mapper returned {target!r}, not a partition key of 1 to "
+               f"{MAX_PARTITION_KEY_LENGTH} characters")  # fmt: skip
+        return PartitionMapped(request.id, None, why)
+    return PartitionMapped(request.id, target)
 
 
 def _traceback_from(path: str) -> str:
@@ -78,7 +124,7 @@ def _traceback_from(path: str) -> str:
 
 
 def _send(channel, own_pid: int, path: str, file_hash: str, dags: list, error: str | None,
-          started: float) -> None:  # fmt: skip
+          started: float, mapped: list[PartitionMapped] | None = None) -> None:  # fmt: skip
     if os.getpid() != own_pid:
         os._exit(0)  # a copy the Dag file forked at import: only the parser answers
     platforms.current().kill_descendants()
@@ -86,6 +132,7 @@ def _send(channel, own_pid: int, path: str, file_hash: str, dags: list, error: s
         result = ParseResult(
             path=path, file_hash=file_hash, dags=dags, error=error,
             duration=time.perf_counter() - started, peak_rss=platforms.peak_rss_bytes(),
+            mapped=mapped or [],
         )  # fmt: skip
         channel.send(result)
     except Exception as failure:  # noqa: BLE001 - the manager gets a result either way

@@ -12,7 +12,9 @@ import datetime as dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -23,6 +25,8 @@ from spawnflow.models.dag import (
     SerializedDagModel,
     path_key,
 )
+from spawnflow.processors.dag_processor import asset_refs
+from spawnflow.processors.dag_processor.messages import PartitionMapped
 from spawnflow.sdk import serialize
 
 OK, IMPORT_ERROR, TIMEOUT, CRASH = "ok", "import error", "timeout", "crash"
@@ -42,6 +46,8 @@ class Outcome:
     error: str | None = None
     #: The parser's peak resident memory, when it reported one.
     peak_rss: int | None = None
+    #: Its answers to the partitions it was asked to map (see :mod:`.partition_mapping`).
+    mapped: list[PartitionMapped] = field(default_factory=list)
 
 
 @dataclass
@@ -114,13 +120,19 @@ def totals(session: Session, present: Iterable[str]) -> tuple[int, dict[str, str
     )
 
 
-def forget_missing_files(session: Session, present: Iterable[str]) -> list[str]:
-    """Deactivate the Dags of files that are gone and drop their errors and stats.
+def forget_missing_files(
+    session: Session, present: Iterable[str], keep_under: Path | None = None
+) -> list[str]:
+    """Deactivate the Dags of files that are gone and drop their errors and stats;
+    files under ``keep_under`` (a Dags folder that is missing as a whole) stay.
 
     Returns the paths that were forgotten.
     """
     present = set(present)
-    gone = [path for path in known_files(session) if path not in present]
+    gone = [
+        path for path in known_files(session)
+        if path not in present and not (keep_under and Path(path).is_relative_to(keep_under))
+    ]  # fmt: skip
     for path in gone:
         _deactivate(session, DagModel.fileloc == path, keep=set())
         key = path_key(path)
@@ -160,6 +172,7 @@ def _write_dag(
     stored = session.get(SerializedDagModel, dag.dag_id)
     if stored is not None and stored.dag_hash == new_hash:
         return False  # unchanged: not rewritten
+    asset_refs.store_references(session, dag, _readable(stored))
     document = serialize.DagDocument(version=serialize.VERSION, dag=dag, file_hash=file_hash)
     if stored is None:
         stored = SerializedDagModel(dag_id=dag.dag_id)
@@ -168,6 +181,16 @@ def _write_dag(
     stored.dag_hash = new_hash
     stored.last_updated = now
     return True
+
+
+def _readable(stored: SerializedDagModel | None) -> serialize.SerializedDag | None:
+    """The Dag a stored document holds; None if there is none it can read."""
+    if stored is None:
+        return None
+    try:
+        return serialize.decode(stored.data).dag
+    except (ValueError, msgspec.ValidationError):
+        return None
 
 
 def _deactivate(session: Session, where, keep: set[str]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from spawnflow.models.run import TaskState
+from spawnflow.comms.states import DagRunState, TaskState
 
 RUN, WAIT = "run", "wait"
 FAILED_STATES = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
@@ -63,4 +63,4 @@ def run_state(task_states: Iterable[str]) -> str | None:
     states = list(task_states)
     if any(s not in TaskState.FINISHED for s in states):
         return None
-    return "failed" if any(s in FAILED_STATES for s in states) else "success"
+    return DagRunState.FAILED if any(s in FAILED_STATES for s in states) else DagRunState.SUCCESS

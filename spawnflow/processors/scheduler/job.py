@@ -23,18 +23,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import exc, func, select, update
 
-from spawnflow.bootstrap import lifecycle, logs, orm
+from spawnflow.bootstrap import lifecycle, logs, orm, outage
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import DagRunState, JobState, TaskState
+from spawnflow.comms.tasks import Workload
 from spawnflow.executors import BaseExecutor, WorkerLost
 from spawnflow.models.job import Job
-from spawnflow.models.run import DagRun, TaskInstance, TaskState
-from spawnflow.processors.scheduler import runs
+from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.processors.scheduler import asset_runs, cut_short, runs
 from spawnflow.processors.scheduler.queueing import queue_tasks
 
 log = logs.get_logger("spawnflow.scheduler")
+ADOPTING = "adopting what a scheduler that is gone left"
 
 
 @dataclass
@@ -64,32 +67,36 @@ class Scheduler:
     """
 
     def __init__(self, settings: Settings, *, executor: BaseExecutor | None = None,
-                 method: str | None = None, only_runs: set[int] | None = None,
+                 only_runs: set[int] | None = None,
                  on_loop: Callable[[LoopSummary], None] | None = None):  # fmt: skip
         self.settings = settings
-        self.method = method
         self.executor = executor
         self.only_runs = only_runs
         self.on_loop = on_loop
         self.bag = runs.DagBag()
+        self.assets = asset_runs.AssetScheduling(
+            settings.scheduler.max_partition_evaluations_per_loop,
+            settings.scheduler.asset_partition_resync_interval,
+        )
         self.job_id: int | None = None
         self.loops = 0
+        #: Executor events read but not written yet.
+        self._events: list = []
 
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Loop until stopped, ``num_loops`` turns, or ``until()`` says so."""
-        from multiprocess.connection import wait
-
         if self.executor is None:
             from spawnflow.executors.local import LocalExecutor
 
-            self.executor = LocalExecutor(self.settings, method=self.method)
-        self._register()
-        self._adopt_or_reset()
+            self.executor = LocalExecutor(self.settings)
+        outage.ride_out(self._register, what="registering the scheduler")
+        outage.ride_out(self._adopt_or_reset, what=ADOPTING)
         self.executor.start()
         grace = self.settings.core.stop_grace_period
         adopt_every = self.settings.scheduler.job_heartbeat_timeout
         next_adopt = time.monotonic() + adopt_every
         grace_ends = None
+        unfinished: list[Workload] = []
         try:
             while True:
                 if lifecycle.stop_requested.is_set() and grace_ends is None:
@@ -109,19 +116,81 @@ class Scheduler:
                     break
                 if time.monotonic() >= next_adopt:
                     next_adopt = time.monotonic() + adopt_every
-                    self._adopt_or_reset()
-                wait(self.executor.wait_objects(), timeout=self.settings.scheduler.loop_interval)
+                    outage.ride_out(self._adopt_or_reset, what=ADOPTING)
+                self.executor.wait(self.settings.scheduler.loop_interval)
         except lifecycle.WarmStop:
-            self.executor.end(grace=0)
+            unfinished += self.executor.end(grace=0)
             raise
         finally:
-            self.executor.end(grace=0.05 * grace if grace_ends is not None else None)
-            self._unregister()
+            unfinished += self.executor.end(grace=0.05 * grace if grace_ends is not None else None)
+            self._unregister(unfinished)
+
+    def _unregister(self, unfinished: list[Workload]) -> None:
+        """Record that this scheduler stopped, and queue again what its stop cut short;
+        never in the way of the exit (a database that is gone leaves the row to go
+        stale, which other schedulers understand)."""
+        why = "its scheduler stopped before the task finished (a cold stop); queued again"
+
+        def write() -> None:
+            with orm.session_scope() as session:
+                assert self.job_id is not None  # registered before anything was queued
+                ti_ids = {workload.ti_id for workload in unfinished}
+                cut_short.release(session, self.job_id, why, ti_ids)
+
+        try:
+            tolerance = min(10.0, self.settings.database.outage_tolerance)
+            outage.ride_out(write, what="recording that the scheduler stopped",
+                            tolerance=tolerance)  # fmt: skip
+        except (exc.SQLAlchemyError, orm.DatabaseUnavailable) as error:
+            log.warning("could not record that the scheduler stopped", error=str(error))
 
     def loop_once(self, *, queue: bool = True) -> LoopSummary:
-        """One turn of the loop: a few short units of work over one connection."""
-        with orm.one_connection():
-            return self._turn(queue)
+        """One turn of the loop: a few short units of work over one connection.
+
+        A database outage is ridden out (see :mod:`~spawnflow.bootstrap.outage`): the
+        turn runs again from its start once the database is back; each of its units is
+        a transaction, and each decision is made again from what the database holds.
+        """
+
+        attempts = 0
+
+        def turn() -> LoopSummary:
+            nonlocal attempts
+            attempts += 1
+            with orm.one_connection():
+                if attempts > 1:
+                    self._queue_again_what_never_left()
+                return self._turn(queue)
+
+        # Between attempts the executor's watch goes on: workers still boot, report and
+        # get found out when hung (a worker stopped while it held SQLite's write lock
+        # would otherwise hold up the whole scheduler).
+        executor = self.executor
+        assert executor is not None  # run() sets it before it calls loop_once()
+        return outage.ride_out(turn, what="running a scheduler loop",
+                               meanwhile=lambda: executor.wait(0))  # fmt: skip
+
+    def _queue_again_what_never_left(self) -> None:
+        """After a failed attempt: a COMMIT that got no answer may still have committed,
+        leaving task instances queued by this scheduler that it never handed to its
+        executor (it hands them over only after the commit). Nobody would run them;
+        they are scheduled again, their try not counted (a try counts when it starts)."""
+        assert self.executor is not None  # run() sets it before it calls loop_once()
+        held = self.executor.holds()
+        with orm.session_scope() as session:
+            stranded = [
+                ti for ti in session.scalars(
+                    select(TaskInstance).where(
+                        TaskInstance.state == TaskState.QUEUED,
+                        TaskInstance.scheduler_job_id == self.job_id,
+                    ).with_for_update()
+                ) if ti.id not in held
+            ]  # fmt: skip
+            for ti in stranded:
+                ti.state, ti.scheduler_job_id = TaskState.SCHEDULED, None
+        if stranded:
+            log.warning("scheduled again what a commit without an answer left queued",
+                        count=len(stranded))  # fmt: skip
 
     def _turn(self, queue: bool) -> LoopSummary:
         self.loops += 1
@@ -131,15 +200,23 @@ class Scheduler:
             created = (
                 0 if self.only_runs is not None else runs.create_due_runs(session, self.bag, now)
             )
+        if self.only_runs is None:
+            with orm.session_scope() as session:
+                created += self.assets.loop(session, self.bag, now)
+            self.assets.committed()
         with orm.session_scope() as session:
             runs.start_queued_runs(session, self.bag, now, self.only_runs)
         with orm.session_scope() as session:
             runs.schedule_tasks(session, self.bag, now, self.only_runs)
         with orm.session_scope() as session:
             timeout = self.settings.scheduler.task_heartbeat_timeout
-            for ti in runs.fail_stale_tasks(session, self.bag, now, timeout):
+            back_at = outage.recovered_at()
+            for ti in runs.fail_stale_tasks(session, self.bag, now, timeout, back_at):
                 log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
         self._handle_events()  # first: a lost worker's slot and task are known before queueing
+        # run() sets both before it calls loop_once().
+        assert self.executor is not None
+        assert self.job_id is not None
         workloads = []
         if queue:
             with orm.session_scope() as session:
@@ -154,9 +231,15 @@ class Scheduler:
     # -- executor events ----------------------------------------------------------------
 
     def _handle_events(self) -> None:
-        for event in self.executor.events():
+        """Write what the executor reported; an event leaves the list once written (a
+        database outage in the middle keeps the rest for the next attempt)."""
+        assert self.executor is not None  # run() sets it before it calls loop_once()
+        self._events.extend(self.executor.events())
+        while self._events:
+            event = self._events[0]
             if isinstance(event, WorkerLost):
                 self._lost(event)
+            self._events.pop(0)
 
     def _lost(self, event: WorkerLost) -> None:
         now = runs.utcnow()
@@ -184,7 +267,7 @@ class Scheduler:
 
     def _register(self) -> None:
         with orm.session_scope() as session:
-            job = Job(job_type="scheduler", state="running", hostname=socket.gethostname(),
+            job = Job(job_type="scheduler", state=JobState.RUNNING, hostname=socket.gethostname(),
                       pid=os.getpid())  # fmt: skip
             session.add(job)
             session.flush()
@@ -195,25 +278,21 @@ class Scheduler:
         if job is not None:
             job.latest_heartbeat = now
 
-    def _unregister(self) -> None:
-        with orm.session_scope() as session:
-            job = session.get(Job, self.job_id)
-            if job is not None:
-                job.state, job.end_date = "stopped", runs.utcnow()
-
     def _adopt_or_reset(self) -> None:
         """Take over what schedulers that are gone left queued; let the rest time out."""
         now = runs.utcnow()
         limit = self.settings.scheduler.job_heartbeat_timeout
         with orm.session_scope() as session:
             live = set(session.scalars(select(Job.id).where(
-                Job.job_type == "scheduler", Job.state == "running",
+                Job.job_type == "scheduler", Job.state == JobState.RUNNING,
                 Job.latest_heartbeat >= now - dt.timedelta(seconds=limit),
             )))  # fmt: skip
             session.execute(
                 update(Job)
-                .where(Job.job_type == "scheduler", Job.state == "running", Job.id.not_in(live))
-                .values(state="failed", end_date=now)
+                .where(
+                    Job.job_type == "scheduler", Job.state == JobState.RUNNING, Job.id.not_in(live)
+                )
+                .values(state=JobState.FAILED, end_date=now)
             )
             orphans = session.scalars(
                 select(TaskInstance)
@@ -229,7 +308,7 @@ class Scheduler:
                 log.warning("reset task instances a stopped scheduler had queued", count=reset)
 
     def _summary(self, created: int, queued: int) -> LoopSummary:
-        runs_query = select(func.count()).where(DagRun.state.in_(runs.ACTIVE_RUNS))
+        runs_query = select(func.count()).where(DagRun.state.in_(DagRunState.ACTIVE))
         tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
         if self.only_runs is not None:
             runs_query = runs_query.where(DagRun.id.in_(self.only_runs))

@@ -15,18 +15,25 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap.paths import folder_name
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import RunType, TaskState
 from spawnflow.comms.tasks import Workload
 from spawnflow.models.dag import DagModel
-from spawnflow.models.run import DagRun, TaskInstance, TaskState
+from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.processors.scheduler.asset_runs import triggering_events
 from spawnflow.processors.scheduler.runs import DagBag, aware
 
 
 def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
-    """``<logs>/dag_id=…/run_id=…/task_id=…/attempt=N.log``."""
-    safe_run = run_id.replace(":", "_").replace("+", "_")
-    folder = Path(settings.logging.base_log_folder) / f"dag_id={dag_id}" / f"run_id={safe_run}"
-    return folder / f"task_id={task_id}" / f"attempt={attempt}.log"
+    """``<logs>/dag_id=…/run_id=…/task_id=…/attempt=N.log``, each id made safe as a folder
+    name on every OS (see :func:`~spawnflow.bootstrap.paths.folder_name`)."""
+    path = Path(settings.logging.base_log_folder).joinpath(
+        folder_name("dag_id", dag_id), folder_name("run_id", run_id),
+        folder_name("task_id", task_id), f"attempt={attempt}.log",
+    )  # fmt: skip
+    return platforms.usable_path(path)
 
 
 def queue_tasks(
@@ -92,6 +99,9 @@ def _queue_one(
         return None
     run = session.get(DagRun, ti.dag_run_id)
     model = session.get(DagModel, ti.dag_id)
+    # Foreign keys: a task instance's run exists, and so does the run's Dag (the ti's).
+    assert run is not None
+    assert model is not None
     ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
     per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
     try_number = ti.try_number + 1
@@ -105,4 +115,8 @@ def _queue_one(
         conf=json.loads(run.conf or "{}"), params=doc.params,
         execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
         log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
+        outlets=list(task.outlets), partition_key=run.partition_key,
+        triggering_asset_events=(
+            triggering_events(session, run.id) if run.run_type == RunType.ASSET_TRIGGERED else {}
+        ),
     )  # fmt: skip

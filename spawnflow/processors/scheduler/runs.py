@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, overload
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from spawnflow.comms.states import DagRunState, RunType, TaskState
 from spawnflow.models.dag import DagModel, SerializedDagModel
-from spawnflow.models.run import DagRun, DagRunState, TaskInstance, TaskState
+from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler import decisions
 from spawnflow.processors.scheduler.timetable import next_interval
 from spawnflow.sdk import serialize
 from spawnflow.sdk.schedule import zone_from_name
 
-ACTIVE_RUNS = (DagRunState.QUEUED, DagRunState.RUNNING)
-_REASONS = {
+_REASONS: dict[str, str] = {
     TaskState.UPSTREAM_FAILED: "an upstream task failed",
     TaskState.SKIPPED: "its trigger rule was not met",
 }
@@ -33,6 +34,10 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+@overload
+def aware(moment: dt.datetime) -> dt.datetime: ...
+@overload
+def aware(moment: dt.datetime | None) -> dt.datetime | None: ...
 def aware(moment: dt.datetime | None) -> dt.datetime | None:
     """A stored time as an aware UTC datetime (SQLite and MySQL hand back naive ones)."""
     if moment is None:
@@ -49,6 +54,32 @@ class DagBag:
 
     def __init__(self) -> None:
         self._cache: dict[str, tuple[str, serialize.SerializedDag]] = {}
+
+    def prefetch(self, session: Session, dag_ids: Iterable[str]) -> None:
+        """Check many Dags' hashes in one statement (and read the documents that changed
+        in one more): :meth:`get` then costs no statement for them in this session."""
+        checked: set[str] = session.info.setdefault("spawnflow.dags_checked", set())
+        todo = sorted(set(dag_ids) - checked)
+        if not todo:
+            return
+        hashes: dict[str, str] = {
+            dag_id: dag_hash
+            for dag_id, dag_hash in session.execute(
+                select(SerializedDagModel.dag_id, SerializedDagModel.dag_hash)
+                .where(SerializedDagModel.dag_id.in_(todo))
+            )
+        }  # fmt: skip
+        stale = [d for d in hashes if d not in self._cache or self._cache[d][0] != hashes[d]]
+        if stale:
+            for dag_id, dag_hash, data in session.execute(
+                select(SerializedDagModel.dag_id, SerializedDagModel.dag_hash,
+                       SerializedDagModel.data).where(SerializedDagModel.dag_id.in_(stale))
+            ):  # fmt: skip
+                self._cache[dag_id] = (dag_hash, serialize.decode(data).dag)
+        for dag_id in todo:
+            if dag_id not in hashes:
+                self._cache.pop(dag_id, None)
+            checked.add(dag_id)
 
     def get(self, session: Session, dag_id: str) -> serialize.SerializedDag | None:
         checked: set[str] = session.info.setdefault("spawnflow.dags_checked", set())
@@ -83,16 +114,19 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
     created = 0
     for model in dags:
         doc = bag.get(session, model.dag_id)
-        if doc is None or doc.schedule.kind == "manual":
-            continue
+        if doc is None or doc.schedule.kind in ("manual", "assets"):
+            continue  # triggered, or asset-triggered (see asset_runs)
         active = session.scalar(
-            select(func.count()).where(DagRun.dag_id == model.dag_id, DagRun.state.in_(ACTIVE_RUNS))
+            select(func.count()).where(
+                DagRun.dag_id == model.dag_id, DagRun.state.in_(DagRunState.ACTIVE)
+            )
         )
+        assert active is not None  # COUNT(*) always returns a row
         if active >= doc.max_active_runs:
             continue
         last = session.scalar(
             select(func.max(DagRun.logical_date)).where(
-                DagRun.dag_id == model.dag_id, DagRun.run_type == "scheduled"
+                DagRun.dag_id == model.dag_id, DagRun.run_type == RunType.SCHEDULED
             )
         )
         interval = next_interval(
@@ -103,7 +137,7 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
             continue
         session.add(DagRun(
             dag_id=model.dag_id, run_id=f"scheduled__{interval.start.isoformat()}",
-            run_type="scheduled", state=DagRunState.QUEUED, logical_date=interval.start,
+            run_type=RunType.SCHEDULED, state=DagRunState.QUEUED, logical_date=interval.start,
             data_interval_start=interval.start, data_interval_end=interval.end, conf="{}",
         ))  # fmt: skip
         created += 1
@@ -117,7 +151,7 @@ def trigger_run(
     """Create a manual run of ``dag_id`` (it starts as queued)."""
     moment = logical_date or utcnow()
     run = DagRun(
-        dag_id=dag_id, run_id=run_id or f"manual__{moment.isoformat()}", run_type="manual",
+        dag_id=dag_id, run_id=run_id or f"manual__{moment.isoformat()}", run_type=RunType.MANUAL,
         state=DagRunState.QUEUED, logical_date=moment, data_interval_start=moment,
         data_interval_end=moment, conf=json.dumps(conf or {}),
     )  # fmt: skip
@@ -146,6 +180,7 @@ def start_queued_runs(
                 DagRun.dag_id == run.dag_id, DagRun.state == DagRunState.RUNNING
             )
         )
+        assert running is not None  # COUNT(*) always returns a row
         if running >= doc.max_active_runs:
             continue
         run.state, run.start_date = DagRunState.RUNNING, now
@@ -229,12 +264,20 @@ def _follow_dag_changes(
 
 
 def fail_stale_tasks(
-    session: Session, bag: DagBag, now: dt.datetime, timeout: float
+    session: Session,
+    bag: DagBag,
+    now: dt.datetime,
+    timeout: float,
+    database_back_at: dt.datetime | None = None,
 ) -> list[TaskInstance]:
     """Running task instances whose supervisor stopped heartbeating: failed, or retried.
 
-    A cleared one (``restarting``) whose supervisor is gone may simply run again.
+    A cleared one (``restarting``) whose supervisor is gone may simply run again. After
+    an outage of the database (which the scheduler saw end at ``database_back_at``) no
+    heartbeat could be written meanwhile: supervisors get ``timeout`` from its return.
     """
+    if database_back_at is not None and now - database_back_at < dt.timedelta(seconds=timeout):
+        return []
     limit = now - dt.timedelta(seconds=timeout)
     stale = session.scalars(
         select(TaskInstance)

@@ -91,7 +91,7 @@ def _latest_complete(schedule: Schedule, start_date: dt.datetime, now: dt.dateti
         end = start_date + count * delta
         return Interval(end - delta, end)
     zone = start_date.tzinfo
-    ticks = CronSim(schedule.cron, now.astimezone(zone) + dt.timedelta(seconds=1), reverse=True)
+    ticks = CronSim(_cron(schedule), now.astimezone(zone) + dt.timedelta(seconds=1), reverse=True)
     end = next(ticks)
     start = next(ticks)
     if start < start_date:
@@ -100,11 +100,17 @@ def _latest_complete(schedule: Schedule, start_date: dt.datetime, now: dt.dateti
 
 
 def _tick_at_or_after(schedule: Schedule, moment: dt.datetime) -> dt.datetime:
-    return next(CronSim(schedule.cron, moment - dt.timedelta(seconds=1)))
+    return next(CronSim(_cron(schedule), moment - dt.timedelta(seconds=1)))
 
 
 def _tick_after(schedule: Schedule, moment: dt.datetime) -> dt.datetime:
-    return next(CronSim(schedule.cron, moment))
+    return next(CronSim(_cron(schedule), moment))
+
+
+def _cron(schedule: Schedule) -> str:
+    # Only cron schedules get here, and schedule.parse always stores their expression.
+    assert schedule.cron is not None, schedule
+    return schedule.cron
 
 
 def _delta(schedule: Schedule) -> dt.timedelta:

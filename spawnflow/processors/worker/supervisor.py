@@ -16,21 +16,24 @@ another worker is never overwritten by a supervisor that has not noticed yet.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
-import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import exc, update
+from sqlalchemy import exc
 
-from spawnflow.bootstrap import launcher, lifecycle, orm, wire
-from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap import launcher, lifecycle, wire
+from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.bootstrap.watch import Watch, Watched
+from spawnflow.comms.states import ErrorKind, TaskState
 from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
-from spawnflow.models.run import TaskInstance, TaskState
-from spawnflow.processors.worker.xcoms import XComService, answer_lookup, database_error
+from spawnflow.processors.worker.attempt_log import AttemptLog
+from spawnflow.processors.worker.recording import DatabaseRecorder, TryRecorder
+from spawnflow.processors.worker.xcoms import XComService, database_error
 from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import runner_for
 
@@ -40,60 +43,43 @@ TARGET = "spawnflow.processors.task_runner:run_task"
 LIVENESS_INTERVAL = 0.05
 
 
+@dataclass
+class _TaskRun:
+    """What the watch learned about one task process."""
+
+    outcome: TaskOutcome | None = None
+    status: ExitStatus | None = None
+    #: Why the supervisor stopped it ("external": the task instance changed meanwhile).
+    why: str | None = None
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-class AttemptLog:
-    """The try's log file: JSON lines from the supervisor and the task's output."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("a", encoding="utf-8")
-        self._partial = {"stdout": "", "stderr": ""}
-
-    def event(self, event: str, level: str = "info", **fields: Any) -> None:
-        self._write({"event": event, "level": level, "logger": "spawnflow.supervisor", **fields})
-
-    def output(self, stream: str, data: bytes, final: bool = False) -> None:
-        """Append what the task wrote on ``stream``, one JSON line per line of text."""
-        text = self._partial[stream] + data.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        self._partial[stream] = "" if final else lines.pop()
-        for line in lines:
-            if line or not final:
-                self._write({"event": line.rstrip("\r"), "level": "info", "stream": stream})
-
-    def _write(self, record: dict[str, Any]) -> None:
-        record = {"timestamp": utcnow().isoformat(), "role": "supervisor", "pid": os.getpid(),
-                  **record}  # fmt: skip
-        self._file.write(json.dumps(record, default=str) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        for stream, rest in self._partial.items():
-            if rest:
-                self.output(stream, b"", final=True)
-        self._file.close()
 
 
 class TaskSupervisor:
     """Runs one try; constructing one has no side effects."""
 
-    def __init__(self, workload: Workload, settings: Settings, *, method: str | None = None,
-                 xcom_backend: BackendChoice | None = None):  # fmt: skip
+    def __init__(self, workload: Workload, settings: Settings, *,
+                 xcom_backend: BackendChoice | None = None,
+                 alive: Callable[[], None] | None = None,
+                 recorder: TryRecorder | None = None):  # fmt: skip
         self.workload = workload
         self.settings = settings
-        self.method = method
+        #: Where the try's life is written: its task instance row, unless told otherwise.
+        #: Tells whoever runs this supervisor (an executor worker's executor) that it lives.
+        self.alive = alive or (lambda: None)
+        self.recorder = recorder or DatabaseRecorder(workload, alive=self.alive)
         #: How to route XCom calls, as the executor checked it at start-up.
         self.xcom_backend = xcom_backend or _assumed_backend(settings)
         self.reason: str | None = None
         self.xcom_service: XComService | None = None
+        #: Services the task process and its XCom helper, and runs the heartbeat.
+        self.watch = Watch(liveness_interval=LIVENESS_INTERVAL)
 
     def run(self) -> str:
         """Run the try and return the state the task instance ended in."""
-        started = self._start()
+        started = self.recorder.start()
         if started is not None:
             return started  # not ours to run (any more)
         attempt = AttemptLog(Path(self.workload.log_file))
@@ -109,7 +95,7 @@ class TaskSupervisor:
         if why == "external":
             attempt.event("stopped: the task instance was changed from outside", level="warning")
             attempt.close()
-            return self._release()
+            return self.recorder.release()
         if why is not None:
             state, reason = TaskState.FAILED, why
         elif outcome is not None and outcome.state == TaskState.SUCCESS:
@@ -121,65 +107,15 @@ class TaskSupervisor:
             reason = f"the task process {status.describe(meaning=False)} before reporting"
         return self._finish(state, reason, attempt)
 
-    # -- states ---------------------------------------------------------------------
-
-    def _start(self) -> str | None:
-        """Mark the task instance running; its state instead if it is no longer queued."""
-        workload = self.workload
-        with orm.session_scope() as session:
-            ti = session.get(TaskInstance, workload.ti_id, with_for_update=True)
-            if ti is None:
-                return TaskState.NONE
-            if ti.state != TaskState.QUEUED or ti.try_number + 1 != workload.try_number:
-                return ti.state
-            now = utcnow()
-            ti.state = TaskState.RUNNING
-            ti.try_number = workload.try_number
-            ti.start_date, ti.end_date, ti.duration = now, None, None
-            ti.hostname, ti.worker_pid, ti.last_heartbeat = socket.gethostname(), os.getpid(), now
-            ti.reason = None
-        return None
-
     def _finish(self, state: str, reason: str | None, attempt: AttemptLog) -> str:
-        """Write how the try ended (a failure with tries left becomes up_for_retry)."""
-        now = utcnow()
-        with orm.session_scope() as session:
-            ti = session.get(TaskInstance, self.workload.ti_id, with_for_update=True)
-            if ti is None or ti.state != TaskState.RUNNING or not self._ours(ti):
-                attempt.close()
-                return ti.state if ti else TaskState.NONE  # changed from outside meanwhile
-            if state == TaskState.FAILED and ti.try_number <= ti.max_tries:
-                state = TaskState.UP_FOR_RETRY
-                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_delay)
-            ti.state, ti.reason, ti.end_date = state, reason, now
-            ti.duration = (now - _aware(ti.start_date)).total_seconds() if ti.start_date else None
-            ti.task_pid = None
-        attempt.event("task finished", level="info" if state == "success" else "error",
-                      state=state, reason=reason)  # fmt: skip
+        """Record how the try ended (a failure with tries left becomes up_for_retry)."""
+        recorded = self.recorder.finish(state, reason)
+        if recorded is not None:
+            level = "info" if recorded == TaskState.SUCCESS else "error"
+            attempt.event("task finished", level=level, state=recorded, reason=reason)
         attempt.close()
-        return state
-
-    def _ours(self, ti: TaskInstance) -> bool:
-        return ti.try_number == self.workload.try_number
-
-    def _this_try(self, *states: str):
-        """The WHERE clause of a write that must only touch this try's row."""
-        return (
-            TaskInstance.id == self.workload.ti_id,
-            TaskInstance.try_number == self.workload.try_number,
-            TaskInstance.state.in_(states or (TaskState.RUNNING,)),
-        )
-
-    def _release(self) -> str:
-        """After an outside change stopped the task: a cleared try may run again."""
-        with orm.session_scope() as session:
-            session.execute(
-                update(TaskInstance)
-                .where(*self._this_try(TaskState.RESTARTING))
-                .values(state=TaskState.NONE, task_pid=None, end_date=utcnow())
-            )
-            ti = session.get(TaskInstance, self.workload.ti_id)
-            return ti.state if ti else TaskState.NONE
+        self.reason = reason
+        return recorded or self.recorder.state_now()
 
     # -- the wait loop --------------------------------------------------------------
 
@@ -196,11 +132,11 @@ class TaskSupervisor:
             reason = f"the XCom backend could not be loaded: {type(error).__name__}: {error}"
             attempt.event("task not started", level="error", reason=reason)
             return None, None, reason
-        child = launcher.launch(spec, method=self.method, component="executor")
-        self._set_task_pid(child.pid)
+        child = launcher.launch(spec)
+        self.recorder.set_task_pid(child.pid)
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
-            ended = self._serve_until_done(child, runner, attempt)
+            ended = self._serve_until_done(child, attempt)
         except BaseException:  # a stop right now: the helper goes too, nothing waits
             if runner is not None:
                 runner.stop(grace=0)
@@ -211,122 +147,99 @@ class TaskSupervisor:
             self._finish_xcom_calls(runner)
         return ended
 
-    def _serve_until_done(self, child: launcher.Child, runner: Any, attempt: AttemptLog):
-        from multiprocess.connection import wait
-
-        platform = platforms.current()
-        streams = {"stdout": child.stdout, "stderr": child.stderr}
-        interval = self.settings.executor.heartbeat_interval
+    def _serve_until_done(self, child: launcher.Child, attempt: AttemptLog):
+        """The task process's part of the watch: its messages, output, deadline, exit."""
         timeout = self.workload.execution_timeout
-        began = time.monotonic()
-        deadline = began + timeout if timeout else None
-        next_beat = began + interval
-        next_look = began
-        outcome, why, exited_at, stop_by = None, None, None, None
-        channel_open = True
-        while True:
-            now = time.monotonic()
-            wake = min(next_beat, deadline or next_beat, stop_by or next_beat)
-            if exited_at is not None:
-                wake = min(wake, exited_at + 2.0)
-            helper_wait = runner.seconds_to_deadline() if runner is not None else None
-            if helper_wait is not None:
-                wake = min(wake, now + helper_wait)
-            objects = list(streams.values())
-            if channel_open:
-                objects.append(child.channel.connection)
-            if exited_at is None:
-                objects.append(child.sentinel)
-            helper_objects = runner.wait_objects() if runner is not None else []
-            ready_objects = wait(objects + helper_objects, timeout=max(0.0, wake - now))
-            if runner is not None:
-                runner.service()  # answers, a dead helper, a call past its timeout
-            for ready in ready_objects:
-                if ready in helper_objects:
-                    continue
-                if ready is child.channel.connection:
-                    answer, channel_open = self._serve(child)
-                    outcome = answer or outcome
-                elif ready is not child.sentinel:
-                    name = next(n for n, c in streams.items() if c is ready)
-                    data = platform.read_output(ready)
-                    if data:
-                        attempt.output(name, data)
-                    else:
-                        del streams[name]
-            now = time.monotonic()
-            # Reading /proc on every wake-up costs more than an XCom call's hop: look
-            # when the sentinel fires, and otherwise at most every LIVENESS_INTERVAL (a
-            # process the task forked may hold the sentinel's pipe open after it exited;
-            # the heartbeat wakes us at the latest).
-            look = child.sentinel in ready_objects or now >= next_look
-            if exited_at is None and look:
-                next_look = now + LIVENESS_INTERVAL
-                if not child.is_alive():
-                    exited_at = now
-            # Gone, and its output read to the end (or for two more seconds: a process
-            # it left behind may hold the pipes open; reaping kills what is left).
-            if exited_at is not None and (not streams or now >= exited_at + 2.0):
-                while channel_open and child.channel.poll():
-                    answer, channel_open = self._serve(child)
-                    outcome = answer or outcome
-                return outcome, child.join(timeout=30), why
-            if deadline is not None and now >= deadline:
-                why = self._stop_for_timeout(child, attempt, timeout)
-            elif lifecycle.stop_requested.is_set():
+        run = _TaskRun()
+
+        def on_ready(watched: Watched) -> None:
+            if timeout:  # the user's budget starts now, not at launch
+                watched.set_deadline(timeout)
+
+        def on_message(watched: Watched, message: wire.Message) -> None:
+            run.outcome = self._serve(child, message) or run.outcome
+
+        def on_output(watched: Watched, stream: str, data: bytes) -> None:
+            attempt.output(stream, data)
+
+        def on_exit(watched: Watched, status: ExitStatus) -> None:
+            run.status = status
+
+        def on_deadline(watched: Watched) -> None:
+            assert timeout is not None  # only execution_timeout sets the deadline
+            run.why = self._stop_for_timeout(child, attempt, timeout)
+
+        def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
+            run.status = child.exit_status
+            run.why = f"the task process could not start: {str(error).rstrip('.')}"
+
+        self.watch.add(
+            child, on_ready=on_ready, on_message=on_message, on_output=on_output,
+            on_exit=on_exit, on_deadline=on_deadline, on_boot_failure=on_boot_failure,
+        )  # fmt: skip
+        self.watch.every(self.settings.executor.heartbeat_interval, lambda: self._beat(child, run))
+        stop_by = None
+        while run.status is None:
+            self.watch.wait(timeout=None if stop_by is None else stop_by - time.monotonic())
+            if run.why is None and lifecycle.stop_requested.is_set() and run.status is None:
                 # The worker is stopping: the task gets most of the grace period to
                 # finish; the rest is for stopping it and recording why, before the
                 # scheduler's own grace period ends.
                 grace = self.settings.core.stop_grace_period
-                stop_by = stop_by or now + 0.7 * grace
-                if now >= stop_by:
+                stop_by = stop_by or time.monotonic() + 0.7 * grace
+                if time.monotonic() >= stop_by:
                     attempt.event("stopped: spawnflow is shutting down", level="warning")
                     child.stop(grace=0.1 * grace)
-                    why = "stopped because spawnflow shut down before the task finished"
-            if now >= next_beat and why is None:
-                next_beat = now + interval
-                if not self._heartbeat():
-                    why = "external"
-                    child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
-            if why is not None:  # stopped and reaped above: its pipes are closed
-                return outcome, child.exit_status, why
+                    run.why = "stopped because spawnflow shut down before the task finished"
+            if run.why is not None and run.status is None and child.exit_status is not None:
+                run.status = child.exit_status  # stopped by us: its exit is known
+        return run.outcome, run.status, run.why
 
-    def _serve(self, child: launcher.Child) -> tuple[TaskOutcome | None, bool]:
-        """Answer one message of the task process: (its outcome if it sent it, channel open)."""
-        try:
-            message = child.channel.recv()
-        except (EOFError, OSError):
-            return None, False
+    def _beat(self, child: launcher.Child, run: _TaskRun) -> None:
+        """The heartbeat turn: the task instance's, and the worker's to its executor."""
+        self.alive()
+        if not self.recorder.heartbeat() and run.why is None and run.status is None:
+            run.why = "external"
+            child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
+
+    def _serve(self, child: launcher.Child, message: wire.Message) -> TaskOutcome | None:
+        """Answer one message of the task process; its outcome if it sent it."""
         if isinstance(message, TaskOutcome):
-            return message, True
+            return message
         if isinstance(message, XComPush | XComPull) and self.xcom_service is not None:
             self.xcom_service.handle(message)  # answered now, or when the backend's call ends
-            return None, True
+            return None
         if isinstance(message, wire.Request):
             answer = self._answer_safely(message)
             try:
                 child.channel.send(answer)
             except (OSError, ValueError):
                 pass  # the task died before reading its answer
-        return None, True
+        return None
 
     def _answer(self, request: wire.Request) -> wire.Response:
-        """Answer a request of the task process (or of its XCom helper) from the database."""
-        return answer_lookup(request)
+        """Answer a request of the task process (or of its XCom helper)."""
+        return self.recorder.answer(request)
 
     # -- XComs ------------------------------------------------------------------------
 
     def _xcom_runner(self, attempt: AttemptLog) -> Any:
-        """What runs the XCom backend's calls: None (database), or a helper started lazily."""
+        """What runs the XCom backend's calls: None (database, or a recorder that keeps
+        XComs itself), else a helper started lazily, or the backend in this process."""
+        if not self.recorder.stores_xcoms:
+            return None
         workload = self.workload
         context = {"dag_id": workload.dag_id, "run_id": workload.run_id,
                    "task_id": workload.task_id, "try_number": workload.try_number}  # fmt: skip
         return runner_for(
-            self.settings, self.xcom_backend, method=self.method, context=context,
+            self.settings, self.xcom_backend, watch=self.watch, context=context,
             answer_request=self._answer_safely, on_event=attempt.event,
         )  # fmt: skip
 
     def _xcom_service(self, child: launcher.Child, runner: Any, attempt: AttemptLog):
+        if not self.recorder.stores_xcoms:
+            return None  # the recorder answers XCom requests itself
+
         def reply(response: wire.Response) -> None:
             try:
                 child.channel.send(response)
@@ -334,7 +247,7 @@ class TaskSupervisor:
                 pass  # the task died before reading its answer
 
         return XComService(self.workload, self.settings, self.xcom_backend, runner,
-                           self._this_try, reply, attempt.event)  # fmt: skip
+                           self.recorder.this_try, reply, attempt.event)  # fmt: skip
 
     def _answer_safely(self, request: wire.Request) -> wire.Response:
         try:
@@ -343,46 +256,33 @@ class TaskSupervisor:
             return database_error(request, error)
         except Exception as error:  # noqa: BLE001 - a typed answer, never a dead loop
             return wire.ErrorResponse(
-                id=request.id, kind="LOOKUP_FAILED",
+                id=request.id, kind=ErrorKind.LOOKUP_FAILED,
                 message=f"{type(request).__name__} failed: {type(error).__name__}: {error}",
             )  # fmt: skip
 
     def _finish_xcom_calls(self, runner: Any) -> None:
         """After the task ended: let the calls still queued end (a store in flight is
         purged again, replaced values are purged), within a grace period and
-        heartbeating meanwhile; then stop the helper. A warm stop does not wait."""
-        from multiprocess.connection import wait
-
+        heartbeating meanwhile; then stop the helper. A warm stop does not wait, and a
+        helper still inside a call after the grace period is killed at once: a warm stop
+        queued behind a hung call would only cost another grace period (Windows cannot
+        interrupt a call blocked on a lock), without heartbeats."""
         grace = min(self.settings.xcom.helper_call_timeout, self.settings.core.stop_grace_period)
         if lifecycle.stop_requested.is_set():
             grace = 0.0  # the scheduler's grace period is spent already
-        ends = time.monotonic() + grace
-        interval = self.settings.executor.heartbeat_interval
-        while runner.pending() and time.monotonic() < ends:
-            wait(runner.wait_objects(), timeout=max(0.0, min(interval, ends - time.monotonic())))
-            runner.service()
-            self._heartbeat()
-        runner.stop(grace=0 if grace == 0 else min(self.settings.core.stop_grace_period, 5.0))
+        # The watch keeps heartbeating meanwhile.
+        self.watch.until(lambda: not runner.pending(), timeout=grace)
+        stuck = grace == 0 or runner.pending()
+        runner.stop(grace=0 if stuck else min(self.settings.core.stop_grace_period, 5.0))
 
     def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
         attempt.event("execution_timeout passed: stopping the task", level="error",
                       execution_timeout=timeout)  # fmt: skip
-        self._heartbeat()  # the stop may take the grace period: it starts a fresh clock
+        self.alive()  # the stop may take the grace period: fresh clocks, for the executor
+        self.recorder.heartbeat()  # and for the scheduler
         status = child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
         how = "killed" if status.cold else "stopped"
         return f"execution_timeout of {timeout:g} seconds exceeded; the task process was {how}"
-
-    def _heartbeat(self) -> bool:
-        """Record that the try is alive; False if someone changed the task instance."""
-        with orm.session_scope() as session:
-            result = session.execute(
-                update(TaskInstance).where(*self._this_try()).values(last_heartbeat=utcnow())
-            )
-            return result.rowcount == 1
-
-    def _set_task_pid(self, pid: int) -> None:
-        with orm.session_scope() as session:
-            session.execute(update(TaskInstance).where(*self._this_try()).values(task_pid=pid))
 
 
 def _assumed_backend(settings: Settings) -> BackendChoice:
@@ -390,7 +290,3 @@ def _assumed_backend(settings: Settings) -> BackendChoice:
     backend runs here; any other goes through a helper."""
     name = settings.core.xcom_backend
     return BackendChoice(name, in_helper=name != "database")
-
-
-def _aware(moment: dt.datetime) -> dt.datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)

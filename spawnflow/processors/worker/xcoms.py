@@ -16,12 +16,13 @@ from sqlalchemy import exc, select
 
 from spawnflow.bootstrap import orm, wire
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import ErrorKind
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
-from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom
-from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
-from spawnflow.sdk.xcom_backend import XComRef
+from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom, XComLoaded, XComRef, XComStored
+from spawnflow.models import lookups
+from spawnflow.models.run import DagRun, TaskInstance, XCom
 from spawnflow.xcoms import BackendChoice
-from spawnflow.xcoms.calls import BACKEND_ERROR
+from spawnflow.xcoms.dispatch import PURGE_TRIES
 
 #: The longest XCom key the database column holds.
 MAX_KEY_LENGTH = 250
@@ -59,7 +60,7 @@ class XComService:
             self.reply(database_error(request, error))
         except Exception as error:  # noqa: BLE001 - the task gets a typed answer, always
             self.reply(wire.ErrorResponse(
-                id=request.id, kind="SUPERVISOR_ERROR",
+                id=request.id, kind=ErrorKind.SUPERVISOR_ERROR,
                 message=f"the supervisor could not answer {type(request).__name__}: "
                 f"{type(error).__name__}: {error}",
             ))  # fmt: skip
@@ -70,52 +71,71 @@ class XComService:
         workload = self.workload
         if len(request.key) > MAX_KEY_LENGTH or not request.key:
             self.reply(wire.ErrorResponse(
-                id=request.id, kind="XCOM_KEY_INVALID",
+                id=request.id, kind=ErrorKind.XCOM_KEY_INVALID,
                 message=f"XCom key {request.key[:60]!r} of task {workload.task_id!r} "
                 f"must be 1 to {MAX_KEY_LENGTH} characters long",
             ))  # fmt: skip
             return
+        limit, size = self.settings.core.max_xcom_size, len(request.value.encode())
+        if size > limit:  # whatever keeps it: a pull must be able to read it back
+            self.reply(wire.ErrorResponse(
+                id=request.id, kind=ErrorKind.XCOM_TOO_LARGE,
+                message=f"XCom {request.key!r} of task {workload.task_id!r} is {size} bytes; "
+                f"[core] max_xcom_size is {limit}",
+            ))  # fmt: skip
+            return
         if self.runner is None:
-            self.reply(self._write(request, None))
+            response, replaced = self._write(request, None)
+            if replaced is not None:
+                self.on_event("a replaced XCom's stored value was left in place "
+                              "(another backend keeps it)", level="warning",
+                              reference=replaced)  # fmt: skip
+            self.reply(response)
             return
         # Whether the try still runs is checked when the row is written: a value stored
         # for a try that was cleared meanwhile is purged again (rare), which costs less
         # than one more transaction on every push.
-        ref = self._ref(request.key, len(request.value.encode()))
+        ref = self._ref(request.key, size)
 
         def stored(answer: wire.Response) -> None:
             if isinstance(answer, wire.ErrorResponse):
                 self.reply(wire.ErrorResponse(id=request.id, kind=answer.kind,
                                               message=answer.message))  # fmt: skip
                 return
+            assert isinstance(answer, XComStored)  # the helper's only other answer to a store
             if self.task_ended:  # nobody waits for it: it must not stay behind
                 if answer.reference is not None:
                     self._purge(answer.reference, ref)
                 return
             try:
-                response = self._write(request, answer.reference)
+                response, replaced = self._write(request, answer.reference)
             except exc.SQLAlchemyError as error:
-                response = database_error(request, error)
+                response, replaced = database_error(request, error), None
             if isinstance(response, wire.ErrorResponse) and answer.reference is not None:
                 self._purge(answer.reference, ref)  # no row points at it
-            self.reply(response)
+            if replaced is None:
+                self.reply(response)
+                return
+
+            def replied(failure: str | None) -> None:
+                # The new value is kept either way; the task hears of an old one left behind.
+                self.reply(response if failure is None else wire.ErrorResponse(
+                    id=request.id, kind=ErrorKind.XCOM_BACKEND_ERROR,
+                    message=f"XCom {request.key!r} of task {workload.task_id!r} was replaced, "
+                    f"but the value it replaces is left at {replaced}: {failure}",
+                ))  # fmt: skip
+
+            self._purge(replaced, self._ref(request.key), then=replied)
 
         self.runner.submit(lambda id: StoreXCom(id=id, ref=ref, value=request.value), stored)
 
-    def _write(self, request: XComPush, reference: str | None) -> wire.Response:
-        """Write the row (the value, or the backend's reference) if this try still runs."""
+    def _write(self, request: XComPush, reference: str | None) -> tuple[wire.Response, str | None]:
+        """Write the row (the value, or the backend's reference) if this try still runs;
+        the answer, and the reference of a value it replaced, which is left to purge."""
         workload = self.workload
-        limit = self.settings.core.max_xcom_size
-        size = len(request.value.encode())
-        if reference is None and size > limit:
-            return wire.ErrorResponse(
-                id=request.id, kind="XCOM_TOO_LARGE",
-                message=f"XCom {request.key!r} of task {workload.task_id!r} is {size} bytes; "
-                f"[core] max_xcom_size is {limit}",
-            )  # fmt: skip
         with orm.session_scope() as session:
             if not self._running(session):
-                return self._not_running(request)
+                return self._not_running(request), None
             row = session.scalar(select(XCom).where(
                 XCom.task_instance_id == workload.ti_id, XCom.key == request.key
             ))  # fmt: skip
@@ -124,10 +144,8 @@ class XComService:
                 session.add(row)
             replaced = row.reference
             row.value = None if reference is not None else request.value
-            row.reference = reference
-        if replaced is not None and replaced != reference:
-            self._purge(replaced, self._ref(request.key))
-        return Done(id=request.id)
+            row.reference, row.size = reference, len(request.value.encode())
+        return Done(id=request.id), replaced if replaced != reference else None
 
     def _running(self, session: Any) -> bool:
         """Whether this try still runs; its row is locked until the session ends."""
@@ -137,24 +155,29 @@ class XComService:
     def _not_running(self, request: wire.Request) -> wire.ErrorResponse:
         # Cleared or failed from outside meanwhile: it must not leave values.
         return wire.ErrorResponse(
-            id=request.id, kind="TASK_NOT_RUNNING",
+            id=request.id, kind=ErrorKind.TASK_NOT_RUNNING,
             message=f"task {self.workload.task_id!r} is no longer running this try",
         )  # fmt: skip
 
-    def _purge(self, reference: str, ref: XComRef, tries: int = 2) -> None:
-        if self.runner is None:
-            self.on_event("a replaced XCom's stored value was left in place", level="warning",
-                          reference=reference)  # fmt: skip
-            return
+    def _purge(
+        self, reference: str, ref: XComRef, tries: int = PURGE_TRIES,
+        then: Callable[[str | None], None] | None = None,
+    ) -> None:  # fmt: skip
+        """Have the backend delete ``reference``, trying again (on a new helper if the
+        last one died); ``then`` gets None, or why the last try failed."""
+        assert self.runner is not None  # only a backend in a helper keeps references
 
         def purged(answer: wire.Response) -> None:
             if not isinstance(answer, wire.ErrorResponse):
-                return
-            if tries > 1:  # its helper may have died under it: once more, on a new one
-                self._purge(reference, ref, tries - 1)
+                if then is not None:
+                    then(None)
+            elif tries > 1:
+                self._purge(reference, ref, tries - 1, then)
             else:
                 self.on_event("purging a stored XCom value failed", level="warning",
                               reference=reference, error=answer.message)  # fmt: skip
+                if then is not None:
+                    then(answer.message)
 
         self.runner.submit(lambda id: PurgeXCom(id=id, ref=ref, reference=reference), purged)
 
@@ -164,7 +187,7 @@ class XComService:
         workload = self.workload
         with orm.session_scope(write=False) as session:
             row = session.execute(
-                select(XCom.value, XCom.reference)
+                select(XCom.value, XCom.reference, XCom.size)
                 .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
                 .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
                 .where(DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id,
@@ -173,10 +196,11 @@ class XComService:
         if row is None or row.reference is None:
             self.reply(XComValue(id=request.id, value=row.value if row else None))
             return
-        ref = XComRef(workload.dag_id, workload.run_id, request.task_id, request.key)
+        ref = XComRef(workload.dag_id, workload.run_id, request.task_id, request.key,
+                      row.size or 0)  # fmt: skip
         if self.runner is None:
             self.reply(wire.ErrorResponse(
-                id=request.id, kind=BACKEND_ERROR,
+                id=request.id, kind=ErrorKind.XCOM_BACKEND_ERROR,
                 message=f"XCom {request.key!r} of task {request.task_id!r} is kept at "
                 f"{row.reference} by another backend, but [core] xcom_backend is database",
             ))  # fmt: skip
@@ -187,6 +211,7 @@ class XComService:
                 self.reply(wire.ErrorResponse(id=request.id, kind=answer.kind,
                                               message=answer.message))  # fmt: skip
             else:
+                assert isinstance(answer, XComLoaded)  # the helper's only other answer to a load
                 self.reply(XComValue(id=request.id, value=answer.value))
 
         reference = row.reference
@@ -200,7 +225,7 @@ class XComService:
 def database_error(request: wire.Request, error: exc.SQLAlchemyError) -> wire.ErrorResponse:
     """The typed answer to a request the database failed."""
     return wire.ErrorResponse(
-        id=request.id, kind="DATABASE_ERROR",
+        id=request.id, kind=ErrorKind.DATABASE_ERROR,
         message=f"the supervisor could not answer {type(request).__name__}: "
         f"{orm.first_line(getattr(error, 'orig', None) or error)}",
     )  # fmt: skip
@@ -212,11 +237,9 @@ def answer_lookup(request: wire.Request) -> wire.Response:
     from spawnflow.comms.tasks import ConnectionValue, GetConnection, GetVariable, VariableValue
 
     if isinstance(request, GetVariable):
-        with orm.session_scope(write=False) as session:
-            value = session.scalar(select(Variable.value).where(Variable.key == request.key))
-        return VariableValue(id=request.id, value=value)
+        return VariableValue(id=request.id, value=lookups.read_variable(request.key))
     if isinstance(request, GetConnection):
-        from spawnflow.services.connections import read_connection
-
-        return ConnectionValue(id=request.id, connection=read_connection(request.conn_id))
-    return wire.ErrorResponse(id=request.id, kind="UNKNOWN_REQUEST", message=type(request).__name__)
+        return ConnectionValue(id=request.id, connection=lookups.read_connection(request.conn_id))
+    return wire.ErrorResponse(
+        id=request.id, kind=ErrorKind.UNKNOWN_REQUEST, message=type(request).__name__
+    )

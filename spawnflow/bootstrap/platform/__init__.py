@@ -1,27 +1,31 @@
 """Operating-system differences, in one place.
 
-This is the only module in spawnflow that branches on the operating system. Each
-OS is described by a :class:`Platform` object; the process-handling code asks the
-object instead of testing ``sys.platform`` itself, so a test can hand it the
-Windows or macOS description and drive those code paths on Linux wherever the
-underlying calls exist here (the psutil tree walk, the control-pipe warm stop and
-parent watch).
+This is the only package in spawnflow that branches on the operating system. Each OS
+is described by a :class:`Platform` object; the process-handling code asks the
+object instead of testing ``sys.platform`` itself. Inside, every OS-specific call
+sits behind two tests: the Platform's flag, which says what spawnflow does on that
+OS (and which a test's simulated Windows or macOS sets in every process), and
+``sys.platform``, which says what this interpreter can call (and which type checkers
+narrow on, so ``mypy --platform win32`` and ``--platform darwin`` check each path).
+The calls themselves live in ``_posix`` and ``_windows``.
 
 Processes are handled through psutil handles, which remember when the process
 started: acting on a handle never reaches an unrelated process that reused the pid.
-psutil is imported lazily: a child that never stops anything should not pay for it.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
-import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from spawnflow.bootstrap.platform import _posix, _trees, _windows
 
 if TYPE_CHECKING:
     import psutil
@@ -37,19 +41,42 @@ class Platform(msgspec.Struct, frozen=True):
     display_name: str
     start_methods: tuple[str, ...]
     default_start_method: str
-    #: POSIX process groups (``setpgid``/``killpg``).
+    #: POSIX process groups (``setpgid``/``killpg``), signals between processes and
+    #: between threads. False only on Windows.
     process_groups: bool
-    #: A warm stop is SIGTERM. Where it is not (Windows: there is no SIGTERM
-    #: between processes), it travels on the child's control pipe.
+    #: A warm stop is SIGTERM. Where it is not (Windows: there is no SIGTERM between
+    #: processes), it travels on the child's control pipe.
     stop_by_signal: bool
     #: The kernel signals a child when its parent dies (Linux's PR_SET_PDEATHSIG).
     #: Elsewhere the child watches its control pipe for the EOF of its parent's death.
     parent_death_signal: bool
+    #: The console delivers Ctrl-C and Ctrl-Break to every process attached to it
+    #: (Windows): children leave both to the top-level command.
+    console_broadcast: bool = False
+    #: The most objects one multiprocessing wait may watch from the main thread
+    #: (Windows' WaitForMultipleObjects takes 64, one of them the interpreter's SIGINT
+    #: event); None where there is no such limit.
+    wait_limit: int | None = None
+    #: The longest AF_UNIX socket path in bytes (the forkserver listens on one).
+    unix_path_max: int | None = None
+    #: ``fork`` exists but is unsafe once a system framework has started a thread
+    #: (macOS): allowed, with a warning.
+    fork_unsafe: bool = False
 
     @property
     def control_pipe(self) -> bool:
         """Whether children need a control pipe (for warm stops or to see the parent die)."""
         return not (self.stop_by_signal and self.parent_death_signal)
+
+    @property
+    def control_by_signal(self) -> bool:
+        """Whether the kernel signals a child when its control pipe has something to say.
+
+        True where the pipe only ever reports the parent's death (macOS): no thread then
+        watches it, so a child that forks does so single-threaded. Windows needs the
+        thread: stops travel on the pipe and there is no signal-driven I/O.
+        """
+        return self.control_pipe and self.stop_by_signal
 
     # -- in the child -------------------------------------------------------------
 
@@ -62,26 +89,69 @@ class Platform(msgspec.Struct, frozen=True):
         also reaches grandchildren that a dead intermediate left behind (for example
         ``sh -c 'sleep 100 &'``), which a walk of the live tree would miss.
         """
-        if not self.process_groups:
+        if self.process_groups and sys.platform != "win32":
+            _posix.lead_own_group()
+
+    def shield_from_console(self) -> None:
+        """Leave the console's Ctrl-C and Ctrl-Break to the top-level command (Windows).
+
+        A Windows console delivers both to every process attached to it, where POSIX
+        children sit out of reach in groups of their own. Ctrl-C is switched off for
+        this process and the processes it starts (the SIGINT handler still runs for the
+        control pipe's own interrupts, see :mod:`~spawnflow.bootstrap.lifecycle`);
+        Ctrl-Break cannot be switched off that way, so it is ignored.
+        """
+        if not self.console_broadcast:
             return
-        try:
-            os.setpgid(0, 0)
-        except PermissionError:
-            # A session leader cannot change its group; it already leads one.
-            pass
+        ctrl_break = getattr(signal, "SIGBREAK", None)
+        if ctrl_break is not None:
+            signal.signal(ctrl_break, signal.SIG_IGN)
+        if sys.platform == "win32":
+            _windows.ignore_console_ctrl_c()
+
+    @contextmanager
+    def launching(self) -> Iterator[None]:
+        """Around the start of a child: on Windows the child is born ignoring the
+        console's Ctrl-C (see :meth:`shield_from_console`), so that one pressed while it
+        boots cannot end it before it could shield itself."""
+        if self.console_broadcast and sys.platform == "win32":
+            with _windows.children_born_ignoring_ctrl_c():
+                yield
+        else:
+            yield
+
+    def contain_tree(self) -> bool:
+        """Hold this process and everything it starts in a kill-on-close job (Windows).
+
+        When this process ends, however it ends, Windows terminates what is left of its
+        tree: there are no process groups to ``killpg``, and a walk of the live tree
+        misses processes whose parent already exited. False where nothing holds the tree.
+        """
+        if self.name == "windows" and sys.platform == "win32":
+            return _windows.enter_kill_on_close_job()
+        return False
 
     def stop_when_parent_dies(self, parent_pid: int, kill: bool = False) -> bool:
         """Ask the kernel for SIGTERM (SIGKILL if ``kill``) when our parent dies.
 
         Returns False if the parent is already gone (it died before we asked).
         """
-        if not self.parent_death_signal:
+        if not self.parent_death_signal or sys.platform == "win32":
             return True
-        pr_set_pdeathsig = 1
-        libc().prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
+        _posix.set_parent_death_signal(kill)
         # The parent may have died between our fork and the prctl call: then no
         # signal will ever come, so look for ourselves.
-        return _pid_alive(parent_pid)
+        return _posix.pid_exists(parent_pid)
+
+    def signal_on_control_input(self, control: Any) -> int | None:
+        """Have the kernel signal us when the control pipe reports the parent's death.
+
+        The signal number, or None where a thread must watch the pipe (Windows).
+        """
+        if not self.control_by_signal or sys.platform == "win32":
+            return None
+        _posix.signal_on_input(control.fileno())
+        return _posix.IO_SIGNAL
 
     def adopt_orphans(self) -> None:
         """Make orphaned descendants of this process come back to it (Linux).
@@ -91,10 +161,8 @@ class Platform(msgspec.Struct, frozen=True):
         inherits such orphans instead, so :meth:`kill_descendants` can reach them.
         Elsewhere there is no such thing; the walk sees what is still attached.
         """
-        if not self.parent_death_signal:  # the Linux-only prctl family
-            return
-        pr_set_child_subreaper = 36
-        libc().prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+        if self.parent_death_signal and sys.platform != "win32":  # the prctl family
+            _posix.become_subreaper()
 
     def kill_descendants(self) -> None:
         """Kill every process below this one (before this one leaves)."""
@@ -112,11 +180,11 @@ class Platform(msgspec.Struct, frozen=True):
 
         POSIX: a real SIGINT sent to the main thread, which also breaks a blocking
         call. Windows: ``raise()`` runs the C-level handler in this thread, which
-        flags the signal and sets the event that ``time.sleep`` and other waits of
-        the main thread also wait on.
+        flags the signal and sets the event that ``time.sleep`` and multiprocessing's
+        waits in the main thread also wait on; other blocking calls are not broken.
         """
-        if hasattr(signal, "pthread_kill"):
-            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        if self.process_groups and sys.platform != "win32":
+            _posix.interrupt_main_thread()
         else:
             signal.raise_signal(signal.SIGINT)
 
@@ -129,12 +197,10 @@ class Platform(msgspec.Struct, frozen=True):
         for connection, fd, stream in ((stdout, 1, sys.stdout), (stderr, 2, sys.stderr)):
             if stream is not None:
                 stream.flush()
-            handle = connection.fileno()
-            if self.name == "windows":
-                import msvcrt
-
-                handle = msvcrt.open_osfhandle(handle, os.O_WRONLY)
-            os.dup2(handle, fd)
+            descriptor = connection.fileno()
+            if sys.platform == "win32":
+                descriptor = _windows.descriptor_for(descriptor)
+            os.dup2(descriptor, fd)
             connection.close()
         # New text streams on the descriptors: a fork child may have inherited
         # objects that write elsewhere (a test runner's capture buffer, say).
@@ -158,7 +224,7 @@ class Platform(msgspec.Struct, frozen=True):
         The child writes raw bytes, not framed messages: POSIX reads the descriptor;
         a Windows message-mode pipe gives one write per read.
         """
-        if self.name == "windows":
+        if sys.platform == "win32":
             try:
                 return connection.recv_bytes()
             except (EOFError, OSError):
@@ -173,15 +239,10 @@ class Platform(msgspec.Struct, frozen=True):
 
         The child does the same first thing; doing it here as well closes the window
         in which a terminal's Ctrl-C would still reach a booting child. Only a fork
-        child can be moved: a spawned one has exec'd (EACCES), a forkserver one is
-        not our child (ESRCH); then the window stays, until the child's own call.
+        child can be moved; for the others the window stays, until the child's own call.
         """
-        if not self.process_groups:
-            return
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
+        if self.process_groups and sys.platform != "win32":
+            _posix.move_to_own_group(pid)
 
     def request_warm_stop(self, handle: psutil.Process, control=None, group: bool = True) -> None:
         """Ask the process behind ``handle`` to stop after finishing its work.
@@ -191,31 +252,30 @@ class Platform(msgspec.Struct, frozen=True):
         """
         import psutil
 
-        if not self.stop_by_signal:
+        if not self.stop_by_signal or sys.platform == "win32":
             if control is not None:
                 try:
                     control.send_bytes(b"stop")
                 except (OSError, ValueError):
                     pass  # the child is gone or its pipe closed: nothing to ask
             return
-        if not _running(handle):
+        if not _trees.running(handle):
+            return
+        # Signal the whole group only when the child leads its own: before the child's
+        # first instruction it still shares ours, and killpg(ours) would stop us too.
+        if group and self.process_groups and _posix.group_of(handle.pid) == handle.pid:
+            _posix.signal_group(handle.pid, kill=False)
             return
         try:
-            # Signal the whole group only when the child leads its own: before the
-            # child's first instruction it still shares ours, and killpg(ours) would
-            # stop the parent too.
-            if group and self.process_groups and _group_of(handle.pid) == handle.pid:
-                os.killpg(handle.pid, signal.SIGTERM)
-            else:
-                handle.send_signal(signal.SIGTERM)
-        except (ProcessLookupError, PermissionError, psutil.NoSuchProcess):
+            handle.send_signal(signal.SIGTERM)
+        except psutil.Error:
             pass
 
     def snapshot_tree(self, handle: psutil.Process | None) -> list[psutil.Process]:
         """The process behind ``handle`` and its live descendants, or [] once it exited."""
         import psutil
 
-        if handle is None or not _running(handle):
+        if handle is None or not _trees.running(handle):
             return []
         try:
             return [handle, *handle.children(recursive=True)]
@@ -223,48 +283,22 @@ class Platform(msgspec.Struct, frozen=True):
             return []
 
     def kill_tree(self, processes: list[psutil.Process], timeout: float = 10.0) -> None:
-        """Kill every process in ``processes`` (a cold stop) and wait until they are gone."""
-        import psutil
+        """Kill every process in ``processes`` (a cold stop) and wait until they are gone.
 
-        alive = [p for p in processes if _running(p)]
-        if self.process_groups:
-            alive = self._freeze_and_widen(alive)
-            own_group = os.getpgrp()
-            for group in {_group_of(p.pid) for p in alive} - {own_group, None}:
-                # Only groups led by a live process of this tree: never a stranger's.
-                if any(p.pid == group for p in alive):
-                    try:
-                        os.killpg(group, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-        for proc in alive:
-            try:
-                proc.kill()  # SIGKILL on POSIX, TerminateProcess on Windows
-            except psutil.Error:
-                pass
-        _wait_gone(alive, timeout)
-
-    def _freeze_and_widen(self, processes: list[psutil.Process]) -> list[psutil.Process]:
-        """Stop (SIGSTOP) every process, then collect descendants again.
-
-        A process that is being killed can fork in the meantime; stopped processes
-        cannot, so after one more walk the set is complete.
+        POSIX stops every process first, then takes the tree again (a process being
+        killed could fork meanwhile; a stopped one cannot) and kills whole groups too.
         """
-        import psutil
-
-        seen = {p.pid: p for p in processes}
-        for proc in processes:
-            try:
-                proc.suspend()
-            except psutil.Error:
-                pass
-        for proc in list(seen.values()):
-            try:
-                for child in proc.children(recursive=True):
-                    seen.setdefault(child.pid, child)
-            except psutil.Error:
-                pass
-        return [p for p in seen.values() if _running(p)]
+        alive = [p for p in processes if _trees.running(p)]
+        if self.process_groups and sys.platform != "win32":
+            _trees.suspend(alive)
+            alive = _trees.with_descendants(alive)
+            groups = {_posix.group_of(p.pid) for p in alive} - {_posix.own_group(), None}
+            for group in groups:
+                # Only groups led by a live process of this tree: never a stranger's.
+                if group is not None and any(p.pid == group for p in alive):
+                    _posix.signal_group(group, kill=True)
+        _trees.kill(alive)
+        _trees.wait_gone(alive, timeout)
 
     def kill_group(self, pgid: int, leader: psutil.Process | None) -> None:
         """Kill what is left in process group ``pgid``, which ``leader`` led.
@@ -277,7 +311,7 @@ class Platform(msgspec.Struct, frozen=True):
         """
         import psutil
 
-        if not self.process_groups or pgid == os.getpgrp():
+        if not self.process_groups or sys.platform == "win32" or pgid == _posix.own_group():
             return
         try:
             holder = psutil.Process(pgid)
@@ -287,10 +321,7 @@ class Platform(msgspec.Struct, frozen=True):
             pass
         except psutil.Error:
             return
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _posix.signal_group(pgid, kill=True)
 
     def kill_orphaned_group(self, pgid: int, started_after: float) -> None:
         """Kill process group ``pgid`` of a process that another one launched and lost.
@@ -319,7 +350,7 @@ class Platform(msgspec.Struct, frozen=True):
 
     def has_exited(self, handle: psutil.Process | None) -> bool:
         """Whether the process behind ``handle`` is gone or a zombie (exited, not reaped)."""
-        return handle is None or not _running(handle)
+        return handle is None or not _trees.running(handle)
 
     # -- facts --------------------------------------------------------------------
 
@@ -332,60 +363,27 @@ class Platform(msgspec.Struct, frozen=True):
         except ValueError:
             return f"signal {-exitcode}"
 
+    def exit_code_text(self, exitcode: int) -> str:
+        """An exit code as people read it: Windows' crash codes are NTSTATUS values."""
+        if self.name == "windows" and exitcode >= 0xC0000000:
+            meaning = _NTSTATUS.get(exitcode)
+            return f"0x{exitcode:08X}" + (f" ({meaning})" if meaning else "")
+        return str(exitcode)
 
-def _wait_gone(processes: list[psutil.Process], timeout: float) -> None:
-    """Wait until none of ``processes`` runs any more (zombies count as gone).
-
-    Our own children are left to their caller: psutil would reap them with
-    ``waitpid`` and multiprocessing, which reaps them too, would never learn their
-    exit code.
-    """
-    import time
-
-    import psutil
-
-    me = os.getpid()
-    pending = [p for p in processes if _parent_of(p) != me]
-    deadline = time.monotonic() + timeout
-    while pending and time.monotonic() < deadline:
-        _, pending = psutil.wait_procs(pending, timeout=0.05)
-        pending = [p for p in pending if _running(p)]
+    def children_per_wait(self, objects_per_child: int = 2) -> int | None:
+        """How many children one parent can watch in one wait (each with a channel and a
+        sentinel), or None if there is no limit."""
+        return None if self.wait_limit is None else self.wait_limit // objects_per_child
 
 
-def _parent_of(proc: psutil.Process) -> int | None:
-    import psutil
-
-    try:
-        return proc.ppid()
-    except psutil.Error:
-        return None
-
-
-def _group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError, AttributeError):
-        return None
-
-
-def _running(proc: psutil.Process) -> bool:
-    import psutil
-
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only checks that the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
+#: The NTSTATUS codes a Windows process most often ends with when it crashes.
+_NTSTATUS = {
+    0xC0000005: "access violation",
+    0xC0000017: "out of memory",
+    0xC00000FD: "stack overflow",
+    0xC000013A: "Ctrl-C",
+    0xC0000409: "stack buffer overrun",
+}
 
 LINUX = Platform(
     name="linux",
@@ -395,6 +393,7 @@ LINUX = Platform(
     process_groups=True,
     stop_by_signal=True,
     parent_death_signal=True,
+    unix_path_max=107,  # sun_path is 108 bytes, with the terminating NUL
 )
 MACOS = Platform(
     name="darwin",
@@ -406,6 +405,8 @@ MACOS = Platform(
     process_groups=True,
     stop_by_signal=True,
     parent_death_signal=False,
+    unix_path_max=103,  # sun_path is 104 bytes
+    fork_unsafe=True,
 )
 WINDOWS = Platform(
     name="windows",
@@ -415,19 +416,9 @@ WINDOWS = Platform(
     process_groups=False,
     stop_by_signal=False,
     parent_death_signal=False,
+    console_broadcast=True,
+    wait_limit=63,
 )
-
-
-@functools.cache
-def libc() -> Any:
-    """The C library of this process, for ``prctl`` (Linux).
-
-    Loaded once: a parent that forks children loads it before the first fork (see
-    the launcher), so that no fork child pays for ``dlopen``.
-    """
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
 
 
 def detect() -> Platform:
@@ -462,12 +453,56 @@ def by_name(name: str) -> Platform:
     raise ValueError(f"unknown platform {name!r}")
 
 
+def at_fork_in_child(function: Callable[[], object]) -> None:
+    """Run ``function`` in every child this process forks, where processes fork.
+
+    Windows has neither fork nor ``os.register_at_fork``; nothing inherits memory
+    there, so there is nothing to drop.
+    """
+    if "fork" in current().start_methods and sys.platform != "win32":
+        os.register_at_fork(after_in_child=function)
+
+
+#: Windows' MAX_PATH: longer paths need the extended-length prefix there.
+_MAX_PATH = 260
+
+
+def usable_path(path: Path) -> Path:
+    """``path``, in a form this OS can open however long it is.
+
+    Windows refuses paths of 260 characters or more unless long paths were switched on
+    for the whole machine, or the path carries the extended-length prefix (``\\\\?\\``).
+    """
+    if sys.platform == "win32" and len(str(path)) >= _MAX_PATH:
+        text = os.path.abspath(path)
+        if not text.startswith("\\\\?\\"):
+            return Path("\\\\?\\" + text)
+    return path
+
+
+def libc() -> Any:
+    """The C library of this process (Linux), loaded once before a parent first forks."""
+    if sys.platform != "win32":
+        return _posix.libc()
+    return None
+
+
 def peak_rss_bytes() -> int | None:
     """This process's peak resident set size, where the OS reports one.
 
-    On Linux from ``VmHWM``: ``ru_maxrss`` survives ``exec``, so a spawned child
-    would report the peak of the process it was forked from before it exec'd.
+    Linux: ``VmHWM`` (``ru_maxrss`` survives ``exec``, so a spawned child would report
+    the peak of the process it was forked from). macOS: ``ru_maxrss``, in bytes there.
+    Windows: the peak working set. Never imports ``resource`` where the standard
+    library has none: a ``resource.py`` in a Dags folder would be imported instead.
     """
+    if sys.platform == "win32":
+        import psutil
+
+        return getattr(psutil.Process().memory_info(), "peak_wset", None)
+    if sys.platform == "darwin":
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
         with open("/proc/self/status", "rb") as status:
             for line in status:
@@ -475,12 +510,4 @@ def peak_rss_bytes() -> int | None:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    try:
-        import resource
-    except ImportError:  # Windows
-        import psutil
-
-        return getattr(psutil.Process().memory_info(), "peak_wset", None)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # Linux reports kilobytes, macOS bytes.
-    return peak if sys.platform == "darwin" else peak * 1024
+    return None

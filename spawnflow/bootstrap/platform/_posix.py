@@ -1,0 +1,98 @@
+"""The POSIX calls spawnflow makes: process groups, Linux's prctl, signal-driven I/O.
+
+Defined on Linux and macOS only. Callers test ``sys.platform`` before using them (type
+checkers for Windows narrow on it and skip the call) and the current Platform's flags
+(which a test's simulated OS sets, keeping them out of the Windows code path).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+if sys.platform != "win32":
+    #: The signal the kernel sends when a pipe opened with :func:`signal_on_input` has
+    #: data or loses its writer.
+    IO_SIGNAL = signal.SIGIO
+
+    def lead_own_group() -> None:
+        """Make the calling process the leader of a new process group."""
+        try:
+            os.setpgid(0, 0)
+        except PermissionError:
+            pass  # a session leader cannot change its group; it already leads one
+
+    def move_to_own_group(pid: int) -> None:
+        """Put child ``pid`` in a group of its own, if it still can be moved.
+
+        Only a fork child can be: a spawned one has exec'd (EACCES), a forkserver one is
+        not our child (ESRCH).
+        """
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+
+    def group_of(pid: int) -> int | None:
+        try:
+            return os.getpgid(pid)
+        except (ProcessLookupError, PermissionError):
+            return None
+
+    def own_group() -> int:
+        return os.getpgrp()
+
+    def signal_group(pgid: int, *, kill: bool) -> None:
+        """SIGKILL (``kill``) or SIGTERM to every process of group ``pgid``, if any is left."""
+        try:
+            os.killpg(pgid, signal.SIGKILL if kill else signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def pid_exists(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)  # signal 0 only checks that the process exists
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def interrupt_main_thread() -> None:
+        """A real SIGINT to the main thread: its handler runs and a blocking call breaks."""
+        ident = threading.main_thread().ident
+        assert ident is not None  # the main thread has started: we run in this process
+        signal.pthread_kill(ident, signal.SIGINT)
+
+    def set_parent_death_signal(kill: bool) -> None:
+        """Linux: have the kernel send SIGKILL (``kill``) or SIGTERM when our parent dies."""
+        pr_set_pdeathsig = 1
+        libc().prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
+
+    def become_subreaper() -> None:
+        """Linux: orphaned descendants are re-parented to us instead of to init."""
+        pr_set_child_subreaper = 36
+        libc().prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+    def signal_on_input(fd: int) -> None:
+        """Have the kernel send :data:`IO_SIGNAL` to this process when ``fd`` (a pipe's read
+        end) becomes readable or its last writer closes it (``O_ASYNC``)."""
+        import fcntl  # here, not at import: only macOS watches its control pipe this way
+
+        fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+
+    @functools.cache
+    def libc() -> Any:
+        """The C library of this process, for ``prctl`` (Linux).
+
+        Loaded once: a parent that forks children loads it before the first fork (see the
+        launcher), so that no fork child pays for ``dlopen``.
+        """
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True)

@@ -1,0 +1,80 @@
+"""The shared vocabulary: states of task instances and Dag runs, kinds of errors.
+
+Below everything that uses them (no SQLAlchemy here): the models store these values,
+the scheduler decides on them, the wire carries them, commands print them. They are
+``StrEnum``s, so a value read back from the database or the wire compares equal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum, nonmember
+
+
+class DagRunState(StrEnum):
+    """Where a Dag run is (Airflow's names)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+    FINISHED = nonmember((SUCCESS, FAILED))
+    ACTIVE = nonmember((QUEUED, RUNNING))
+
+
+class TaskState(StrEnum):
+    """Where a task instance is (Airflow's names, and two of spawnflow's)."""
+
+    NONE = "none"
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    UP_FOR_RETRY = "up_for_retry"
+    UPSTREAM_FAILED = "upstream_failed"
+    SKIPPED = "skipped"
+    #: Cleared while it ran: its supervisor stops the task process, then sets ``none``.
+    RESTARTING = "restarting"
+    #: Its task is no longer in the Dag (the file changed while the run was going).
+    REMOVED = "removed"
+
+    FINISHED = nonmember((SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED, REMOVED))
+    #: States in which a task process may exist.
+    ACTIVE = nonmember((QUEUED, RUNNING, RESTARTING))
+
+
+class ErrorKind(StrEnum):
+    """What went wrong, in an ``ErrorResponse``: stable codes a caller may branch on."""
+
+    #: The XCom backend raised, refused a value, or its helper process died.
+    XCOM_BACKEND_ERROR = "XCOM_BACKEND_ERROR"
+    #: A call to the XCom backend took longer than [xcom] helper_call_timeout.
+    XCOM_BACKEND_TIMEOUT = "XCOM_BACKEND_TIMEOUT"
+    XCOM_KEY_INVALID = "XCOM_KEY_INVALID"
+    XCOM_TOO_LARGE = "XCOM_TOO_LARGE"
+    #: The task instance is no longer in this try (cleared, failed from outside).
+    TASK_NOT_RUNNING = "TASK_NOT_RUNNING"
+    DATABASE_ERROR = "DATABASE_ERROR"
+    #: A Variable or Connection lookup failed.
+    LOOKUP_FAILED = "LOOKUP_FAILED"
+    UNKNOWN_REQUEST = "UNKNOWN_REQUEST"
+    SUPERVISOR_ERROR = "SUPERVISOR_ERROR"
+
+
+class RunType(StrEnum):
+    """Why a Dag run exists."""
+
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+    #: Created when the assets it is scheduled on were updated.
+    ASSET_TRIGGERED = "asset_triggered"
+
+
+class JobState(StrEnum):
+    """Where a scheduler job is (its row in the ``job`` table)."""
+
+    RUNNING = "running"
+    STOPPED = "stopped"
+    #: Its heartbeat went stale: another scheduler took over what it left.
+    FAILED = "failed"

@@ -1,0 +1,55 @@
+"""The local executor's workers: booted, replaced, given up on when they cannot boot."""
+
+from __future__ import annotations
+
+import pytest
+
+from spawnflow.bootstrap.child import ChildBootError
+from spawnflow.executors import local
+
+pytestmark = pytest.mark.process
+
+
+def test_workers_that_cannot_boot_are_retried_then_reported_not_looped_on(
+    start_method, make_settings, monkeypatch, caplog
+):
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    # The spec names its target by import string: the child imports it, and fails.
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.broken_import:run")
+    executor = local.LocalExecutor(settings)
+
+    with (
+        caplog.at_level("WARNING"),
+        pytest.raises(ChildBootError, match="could not boot \\(target import\\)"),
+    ):
+        executor.start()
+
+    assert executor.boot_failures == local.MAX_BOOT_FAILURES
+    assert executor.workers == []
+    # Each replacement waited twice as long as the one before; the last was not made.
+    failures = [
+        r.msg for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "worker could not boot"
+    ]  # fmt: skip
+    assert [f["retry_seconds"] for f in failures] == [1.0, 2.0, 4.0]
+
+
+def test_a_worker_that_ends_is_replaced(start_method, make_settings):
+    import psutil
+
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    try:
+        first = executor.workers[0]
+        psutil.Process(first.pid).kill()
+        assert executor.watch.until(
+            lambda: executor.replaced == 1 and all(w.ready for w in executor.workers),
+            timeout=120,
+        )
+        assert [w.pid for w in executor.workers] != [first.pid]
+        assert executor.events() == []  # it ran nothing: nothing was lost
+    finally:
+        executor.end(grace=5)
