@@ -22,7 +22,7 @@ nox.options.error_on_missing_interpreters = False
 def _pytest(session: nox.Session, method: str | None, **env: str) -> None:
     session.install("-e", ".[test]")
     if method:
-        env["SPAWNFLOW_TEST_START_METHODS"] = method
+        env["SPAWNFLOW__CORE__MP_START_METHOD"] = method
     session.run("python", "-m", "pytest", *session.posargs, env=env)
 
 

@@ -1,7 +1,9 @@
 """Fixtures shared by every test: start methods, isolated homes, database backends.
 
-* ``start_method``: each process test runs under every start method this OS has,
-  or only under those ``SPAWNFLOW_TEST_START_METHODS`` names (tox and nox set it).
+* ``start_method``: each process test runs under every start method this OS has, or
+  only under the method ``SPAWNFLOW__CORE__MP_START_METHOD`` names (tox and nox set it
+  per environment), or under the list ``SPAWNFLOW_TEST_START_METHODS`` names (it wins).
+  The report header says which variable narrowed the matrix, so it never does so silently.
 * ``db_backend`` / ``database_url``: sqlite, postgres and mysql (MariaDB). Server
   backends get one database per pytest-xdist worker. ``SPAWNFLOW_TEST_BACKENDS``
   picks the backends; a server that is down skips its tests locally, and fails
@@ -30,9 +32,9 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.settings import Override, Settings
 
-#: The test run's own choice of start methods (comma-separated), never the product's
-#: SPAWNFLOW__CORE__MP_START_METHOD: a setting exported in a shell must not narrow the matrix.
-METHOD_VARIABLE = "SPAWNFLOW_TEST_START_METHODS"
+#: Where a run's start methods come from, first found wins: the test run's own list
+#: (comma-separated), then the product's setting, as tox sets it per environment.
+METHOD_VARIABLES = ("SPAWNFLOW_TEST_START_METHODS", "SPAWNFLOW__CORE__MP_START_METHOD")
 SIMULATION_VARIABLE = "SPAWNFLOW_TEST_SIMULATE_OS"
 SERVER_URLS = {
     "postgres": os.environ.get(
@@ -43,9 +45,17 @@ SERVER_URLS = {
 BACKENDS = ("sqlite", "postgres", "mysql")
 
 
+def method_choice() -> tuple[list[str], str | None]:
+    """The start methods under test and the variable that chose them (None: all)."""
+    for variable in METHOD_VARIABLES:
+        chosen = [m.strip() for m in os.environ.get(variable, "").split(",") if m.strip()]
+        if chosen:
+            return chosen, variable
+    return list(platforms.current().start_methods), None
+
+
 def methods_under_test() -> list[str]:
-    chosen = [m.strip() for m in os.environ.get(METHOD_VARIABLE, "").split(",") if m.strip()]
-    return chosen or list(platforms.current().start_methods)
+    return method_choice()[0]
 
 
 def simulated_os() -> str | None:
@@ -64,10 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
                 f"PYTHONPATH=tests/simulate {SIMULATION_VARIABLE}={simulated} python -m pytest"
             )
     offered = platforms.current().start_methods
-    unknown = [m for m in methods_under_test() if m not in offered]
+    chosen, variable = method_choice()
+    unknown = [m for m in chosen if m not in offered]
     if unknown:
         raise pytest.UsageError(
-            f"{METHOD_VARIABLE} names {', '.join(unknown)}, but "
+            f"{variable} names {', '.join(unknown)}, but "
             f"{platforms.current().display_name} offers {', '.join(offered)}"
         )
 
@@ -75,9 +86,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> str:
     platform = platforms.current()
     simulated = f" (simulated {simulated_os()})" if simulated_os() else ""
+    chosen, variable = method_choice()
+    source = f"only these: {variable} names them" if variable else "all this OS has"
     return (
         f"spawnflow platform: {platform.display_name}{simulated}; start methods under test: "
-        f"{', '.join(methods_under_test())}"
+        f"{', '.join(chosen)} ({source})"
     )
 
 
