@@ -65,8 +65,8 @@ class Watched:
         self.channel_open = True
         self.exited_at: float | None = None
         self.next_look = time.monotonic()
-        #: Asked to stop by the watch itself (its deadline passed): killed at the next one.
-        self.stopping = False
+        #: When a child asked to stop warm (:meth:`Watch.stop`) is killed, if it is still there.
+        self.kill_at: float | None = None
         self.done = False
 
     def __repr__(self) -> str:
@@ -75,6 +75,11 @@ class Watched:
     @property
     def ready(self) -> bool:
         return self.child.ready is not None
+
+    @property
+    def stopping(self) -> bool:
+        """Asked to stop warm by :meth:`Watch.stop`, and not gone yet."""
+        return self.kill_at is not None
 
     def set_deadline(self, seconds: float | None) -> None:
         """Call ``on_deadline`` ``seconds`` from now (None: no deadline)."""
@@ -127,8 +132,9 @@ class Watch:
         """Watch ``child`` (just launched, or already ready).
 
         Without ``on_boot_failure`` a failed boot raises its ChildBootError out of
-        :meth:`wait`. Without ``on_deadline`` a passed deadline stops the child, warm
-        and then, after its grace period, cold, without holding up the loop. A
+        :meth:`wait`. Without ``on_deadline`` a passed deadline stops the child
+        (:meth:`stop`: warm, then cold after its grace period, without holding up the
+        loop). A
         message that cannot be decoded goes to ``on_unreadable``; without it the child,
         whose channel can no longer be trusted, is stopped (``on_exit`` follows).
         """
@@ -149,6 +155,20 @@ class Watch:
         watched.done = True
         if watched in self.watched:
             self.watched.remove(watched)
+
+    def stop(self, watched: Watched, grace: float | None = None) -> None:
+        """Stop ``watched`` warm now and kill its tree ``grace`` seconds later (the
+        child's ``[core] stop_grace_period`` if None) if it is still there, without
+        holding up the loop: heartbeats and other children go on meanwhile. Its exit
+        reaches ``on_exit`` as any other; a second call changes nothing."""
+        if watched.stopping or watched.done:
+            return
+        if grace is None:
+            settings = watched.child.spec.settings
+            grace = settings.core.stop_grace_period if settings is not None else 10.0
+        watched.kill_at = time.monotonic() + grace
+        if grace > 0:
+            watched.child.request_warm_stop()
 
     def every(self, interval: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` every ``interval`` seconds, from :meth:`wait`."""
@@ -216,8 +236,11 @@ class Watch:
                 times.append(watched.boot_deadline)
             if watched.exited_at is not None:
                 times.append(watched.exited_at + watched.output_grace)
-            elif watched.deadline is not None:  # an exited child's deadline no longer counts
+                continue  # an exited child's deadlines no longer count
+            if watched.deadline is not None:
                 times.append(watched.deadline)
+            if watched.kill_at is not None:
+                times.append(watched.kill_at)
         # No wake-up for liveness checks of their own: a look costs a /proc read, and a
         # silent sentinel is rare (a process the child forked holds it); the next wake-up
         # of any kind looks, at most every liveness_interval.
@@ -251,6 +274,9 @@ class Watch:
             if not watched.streams or now >= watched.exited_at + watched.output_grace:
                 self._reap(watched)
             return
+        if watched.kill_at is not None and now >= watched.kill_at:
+            self._reap(watched, kill=True)  # asked to stop warm, and still there
+            return
         if watched.deadline is not None and now >= watched.deadline and not watched.done:
             # What arrived while earlier callbacks of this turn ran counts first.
             if watched.channel_open and child.channel.poll():
@@ -263,7 +289,7 @@ class Watch:
             if watched.on_deadline is not None:
                 watched.on_deadline(watched)
             else:
-                self._stop(watched)
+                self.stop(watched)
 
     def _boot(self, watched: Watched, ready: set, now: float) -> None:
         child = watched.child
@@ -322,17 +348,6 @@ class Watch:
             del watched.streams[name]
         elif watched.on_output is not None:
             watched.on_output(watched, name, data)
-
-    def _stop(self, watched: Watched) -> None:
-        """Warm first; the next deadline, a grace period later, kills its tree."""
-        if watched.stopping:
-            self._reap(watched, kill=True)
-            return
-        watched.stopping = True
-        watched.child.request_warm_stop()
-        settings = watched.child.spec.settings
-        grace = settings.core.stop_grace_period if settings is not None else 10.0
-        watched.set_deadline(grace)
 
     def _reap(self, watched: Watched, kill: bool = False) -> None:
         self.forget(watched)

@@ -216,4 +216,4 @@ class LocalExecutor(BaseExecutor):
             log.warning("worker stopped answering; stopping it", pid=worker.pid,
                         silent_seconds=round(silent, 1))  # fmt: skip
             watched = next(w for w in self.watch.watched if w.child is worker)
-            watched.set_deadline(0)  # the watch stops it: warm, then cold after the grace
+            self.watch.stop(watched)  # warm, then cold after the grace period

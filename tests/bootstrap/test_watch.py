@@ -78,3 +78,21 @@ def test_timers_run_between_turns(make_settings):
     watch.every(0.01, lambda: ticks.append(1))
 
     assert watch.until(lambda: len(ticks) >= 3, timeout=60)
+
+
+def test_a_stop_kills_a_child_that_ignores_it_after_the_grace_while_timers_go_on(
+    start_method, make_settings
+):
+    make_settings()
+    ended, ticks = [], []
+    watch = Watch()
+    child = launch(ChildSpec("test-child", f"{TARGETS}:ignore_stop_signals"), method=start_method)
+    # Stopped once it says it ignores stop signals (its Report), not at Ready.
+    watched = watch.add(child, on_message=lambda watched, _: watch.stop(watched, grace=1.0),
+                        on_exit=lambda watched, status: ended.append(status))  # fmt: skip
+    watch.every(0.05, lambda: ticks.append(watched.stopping and not ended))
+
+    assert watch.until(lambda: bool(ended), timeout=120)
+
+    assert ended[0].cold  # it ignored the warm stop: killed once the grace period passed
+    assert any(ticks)  # the loop went on while it waited for the grace period to pass

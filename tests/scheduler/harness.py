@@ -192,18 +192,18 @@ def trigger(dag_id: str) -> int:
 
 
 def finished(run_id: int) -> bool:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         return session.get(DagRun, run_id).state in ("success", "failed")
 
 
 def task_instances(run_id: int) -> dict[str, TaskInstance]:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         rows = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run_id))
         return {ti.task_id: ti for ti in rows}
 
 
 def run_state(run_id: int) -> str:
-    with orm.session_scope() as session:
+    with orm.session_scope(write=False) as session:
         return session.get(DagRun, run_id).state
 
 

@@ -81,6 +81,14 @@ with Dag("hanging"):
     push_into_a_hanging_backend()
 
 
+with Dag("held"):
+    @task
+    def push_into_a_held_backend():
+        xcom_push("hold", 1)
+
+    push_into_a_held_backend()
+
+
 with Dag("replacing"):
     @task
     def push_twice():
@@ -389,12 +397,34 @@ def test_tasks_and_their_xcom_helper_read_connections_through_the_supervisor(xco
                       "with_connection": "warehouse.example"}  # fmt: skip
 
 
-def test_the_supervisor_heartbeats_and_enforces_execution_timeout_while_a_call_hangs(xcom_run):
+def test_the_supervisor_keeps_heartbeating_while_an_xcom_call_is_held(xcom_run, tmp_path):
+    from spawnflow.models.run import TaskInstance
+
+    storage = tmp_path / "xcoms"
+    beats: set = set()
+
+    def count_heartbeats_then_release(_summary) -> None:
+        if not list(storage.glob("hanging-*")) or (storage / "released").exists():
+            return  # the call is not running yet, or released already
+        with orm.session_scope(write=False) as session:
+            ti = session.scalars(select(TaskInstance).where(TaskInstance.dag_id == "held")).one()
+        if ti.state == "running" and ti.last_heartbeat is not None:
+            beats.add(ti.last_heartbeat)
+        if len(beats) >= 3:  # two heartbeats written while the helper sat in the call
+            (storage / "released").write_text("")
+
+    run_id, tis = xcom_run("held", on_loop=count_heartbeats_then_release)
+    ti = tis["push_into_a_held_backend"]
+    assert ti.state == "success", ti.reason
+    assert len(beats) >= 3
+    assert rows(run_id)[("push_into_a_held_backend", "hold")].reference
+
+
+def test_the_supervisor_enforces_execution_timeout_while_a_call_hangs(xcom_run):
     import psutil
 
-    # With heartbeats stalled for 2 s the scheduler would fail the task for that
-    # instead; the helper's own timeout (60 s) is far away.
-    _, tis = xcom_run("hanging", **{"scheduler.task_heartbeat_timeout": "2"})
+    # The helper's own timeout (60 s) is far away: the task's 3 s end it.
+    _, tis = xcom_run("hanging")
     ti = tis["push_into_a_hanging_backend"]
     assert ti.state == "failed"
     assert ti.reason.startswith("execution_timeout of 3 seconds exceeded"), ti.reason

@@ -51,6 +51,8 @@ class _TaskRun:
     status: ExitStatus | None = None
     #: Why the supervisor stopped it ("external": the task instance changed meanwhile).
     why: str | None = None
+    #: Stopped because execution_timeout passed.
+    timed_out: bool = False
 
 
 def utcnow() -> dt.datetime:
@@ -167,17 +169,20 @@ class TaskSupervisor:
 
         def on_deadline(watched: Watched) -> None:
             assert timeout is not None  # only execution_timeout sets the deadline
-            run.why = self._stop_for_timeout(child, attempt, timeout)
+            self._stop_for_timeout(watched, attempt, timeout)
+            run.why = run.why or f"execution_timeout of {timeout:g} seconds exceeded"
+            run.timed_out = True
 
         def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
             run.status = child.exit_status
             run.why = f"the task process could not start: {str(error).rstrip('.')}"
 
-        self.watch.add(
+        watched = self.watch.add(
             child, on_ready=on_ready, on_message=on_message, on_output=on_output,
             on_exit=on_exit, on_deadline=on_deadline, on_boot_failure=on_boot_failure,
         )  # fmt: skip
-        self.watch.every(self.settings.executor.heartbeat_interval, lambda: self._beat(child, run))
+        interval = self.settings.executor.heartbeat_interval
+        self.watch.every(interval, lambda: self._beat(watched, run))
         stop_by = None
         while run.status is None:
             self.watch.wait(timeout=None if stop_by is None else stop_by - time.monotonic())
@@ -189,18 +194,22 @@ class TaskSupervisor:
                 stop_by = stop_by or time.monotonic() + 0.7 * grace
                 if time.monotonic() >= stop_by:
                     attempt.event("stopped: spawnflow is shutting down", level="warning")
-                    child.stop(grace=0.1 * grace)
+                    self.watch.stop(watched, grace=0.1 * grace)
                     run.why = "stopped because spawnflow shut down before the task finished"
             if run.why is not None and run.status is None and child.exit_status is not None:
                 run.status = child.exit_status  # stopped by us: its exit is known
+        if run.timed_out and run.why is not None:
+            how = "killed" if run.status is not None and run.status.cold else "stopped"
+            run.why += f"; the task process was {how}"
         return run.outcome, run.status, run.why
 
-    def _beat(self, child: launcher.Child, run: _TaskRun) -> None:
-        """The heartbeat turn: the task instance's, and the worker's to its executor."""
+    def _beat(self, watched: Watched, run: _TaskRun) -> None:
+        """The heartbeat turn: the task instance's, and the worker's to its executor.
+        It goes on while the task process is being stopped: a stop may take its grace."""
         self.alive()
         if not self.recorder.heartbeat() and run.why is None and run.status is None:
             run.why = "external"
-            child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
+            self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
 
     def _serve(self, child: launcher.Child, message: wire.Message) -> TaskOutcome | None:
         """Answer one message of the task process; its outcome if it sent it."""
@@ -275,14 +284,12 @@ class TaskSupervisor:
         stuck = grace == 0 or runner.pending()
         runner.stop(grace=0 if stuck else min(self.settings.core.stop_grace_period, 5.0))
 
-    def _stop_for_timeout(self, child: launcher.Child, attempt: AttemptLog, timeout: float) -> str:
+    def _stop_for_timeout(self, watched: Watched, attempt: AttemptLog, timeout: float) -> None:
+        """Stop the task's tree: warm now, killed after the grace period; the watch
+        heartbeats meanwhile."""
         attempt.event("execution_timeout passed: stopping the task", level="error",
                       execution_timeout=timeout)  # fmt: skip
-        self.alive()  # the stop may take the grace period: fresh clocks, for the executor
-        self.recorder.heartbeat()  # and for the scheduler
-        status = child.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
-        how = "killed" if status.cold else "stopped"
-        return f"execution_timeout of {timeout:g} seconds exceeded; the task process was {how}"
+        self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
 
 
 def _assumed_backend(settings: Settings) -> BackendChoice:
