@@ -95,6 +95,22 @@ def _processor_formatter(json_lines: bool) -> logging.Formatter:
     )
 
 
+class PoolCleanupFilter(logging.Filter):
+    """SQLAlchemy's pool logs an ERROR with a traceback when it cannot reset or close a
+    connection it discards: during a database outage that is expected (the socket is
+    gone) and the connection is replaced at its next checkout. Such a record becomes
+    one WARNING line with the error's text, on every handler, so no traceback reaches
+    the user for what spawnflow rides out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith("sqlalchemy.pool") and record.exc_info:
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()} (discarded): {type(error).__name__}: {error}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 class LogFileHandler(logging.FileHandler):
     """A file handler that outlives its disk: a write that fails (the disk filled or
     turned read-only) says so once on stderr and drops lines until writes work again,
@@ -211,12 +227,15 @@ def configure(
     _handlers.clear()
 
     levels = []
+    quiet_pool = PoolCleanupFilter()
     if file_handler is not None:
+        file_handler.addFilter(quiet_pool)
         root.addHandler(file_handler)
         _handlers.append(file_handler)
         levels.append(logging.getLevelName(level))
     if console:
         handler = logging.StreamHandler(sys.stderr)
+        handler.addFilter(quiet_pool)
         handler.setLevel(console_level or level)
         handler.setFormatter(_DeferredFormatter(json_lines=False))
         root.addHandler(handler)

@@ -255,6 +255,9 @@ class Watch:
             watched.next_look = now + self.liveness_interval
             if not child.is_alive():
                 watched.exited_at = now
+        if watched.kill_at is not None and now >= watched.kill_at and watched.exited_at is None:
+            self._reap(watched, kill=True)  # asked to stop warm, booted or not, and still there
+            return
         if not watched.ready:
             self._boot(watched, ready, now)
             if not watched.ready:
@@ -273,9 +276,6 @@ class Watch:
         if watched.exited_at is not None:
             if not watched.streams or now >= watched.exited_at + watched.output_grace:
                 self._reap(watched)
-            return
-        if watched.kill_at is not None and now >= watched.kill_at:
-            self._reap(watched, kill=True)  # asked to stop warm, and still there
             return
         if watched.deadline is not None and now >= watched.deadline and not watched.done:
             # What arrived while earlier callbacks of this turn ran counts first.
@@ -297,6 +297,12 @@ class Watch:
             try:
                 child.accept_boot_message()
             except ChildBootError as failure:
+                if watched.stopping and child.exit_status is not None:
+                    # Asked to stop while it booted, and it did: an exit, not a failure.
+                    self.forget(watched)
+                    if watched.on_exit is not None:
+                        watched.on_exit(watched, child.exit_status)
+                    return
                 self._boot_failed(watched, failure)
                 return
             if watched.on_ready is not None:

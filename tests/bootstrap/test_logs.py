@@ -46,6 +46,30 @@ def test_events_and_stdlib_records_reach_the_role_file_as_json(tmp_path, capsys)
     assert "loop started" not in capsys.readouterr().err  # console shows warnings only
 
 
+def test_a_pool_cleanup_error_is_one_warning_line_without_a_traceback(tmp_path, capsys):
+    log_file = tmp_path / "logs" / "scheduler.log"
+    logs.configure("scheduler", level="INFO", log_file=log_file, console=True,
+                   console_level="WARNING")  # fmt: skip
+    try:
+        raise ConnectionResetError("server closed the connection unexpectedly")
+    except ConnectionResetError:  # what SQLAlchemy's pool logs when a reset fails
+        logging.getLogger("sqlalchemy.pool.impl.QueuePool").error(
+            "Exception during reset or similar", exc_info=True
+        )
+    logs.flush()
+
+    (event,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert event["level"] == "warning"
+    assert event["event"] == (
+        "Exception during reset or similar (discarded): "
+        "ConnectionResetError: server closed the connection unexpectedly"
+    )
+    assert "exception" not in event
+    console = capsys.readouterr().err
+    assert "server closed the connection unexpectedly" in console
+    assert "Traceback" not in console
+
+
 def test_configure_replaces_the_previous_handlers(tmp_path):
     logs.configure("first", log_file=tmp_path / "first.log", console=False)
     logs.configure("second", log_file=tmp_path / "second.log", console=False)

@@ -96,3 +96,20 @@ def test_a_stop_kills_a_child_that_ignores_it_after_the_grace_while_timers_go_on
 
     assert ended[0].cold  # it ignored the warm stop: killed once the grace period passed
     assert any(ticks)  # the loop went on while it waited for the grace period to pass
+
+
+def test_a_child_stopped_while_it_boots_exits_and_is_no_boot_failure(start_method, make_settings):
+    make_settings()
+    ended, failures = [], []
+    watch = Watch()
+    child = launch(ChildSpec("slow-child", "tests.fixtures.slow_import:wait_quietly"),
+                   method=start_method)  # fmt: skip
+    watched = watch.add(child, on_exit=lambda watched, status: ended.append(status),
+                        on_boot_failure=lambda watched, error: failures.append(error))  # fmt: skip
+    watch.stop(watched, grace=5.0)  # at once: it is still importing its target
+
+    assert watch.until(lambda: bool(ended or failures), timeout=120)
+
+    assert failures == []
+    assert len(ended) == 1
+    assert child.exit_status is ended[0]

@@ -175,7 +175,7 @@ class TaskSupervisor:
 
         def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
             run.status = child.exit_status
-            run.why = f"the task process could not start: {str(error).rstrip('.')}"
+            run.why = run.why or f"the task process could not start: {str(error).rstrip('.')}"
 
         watched = self.watch.add(
             child, on_ready=on_ready, on_message=on_message, on_output=on_output,
