@@ -158,6 +158,8 @@ def _parse_xcom_backend(raw: Any, _: Context) -> str:
 XCOM_BACKEND = Kind(
     "backend", "database, objectstorage, or a backend class as module:Class", _parse_xcom_backend
 )
+#: [state_store] backend takes the same names.
+STATE_BACKEND = XCOM_BACKEND
 
 
 def _parse_storage_url(raw: Any, _: Context) -> str:
@@ -317,7 +319,8 @@ SECTIONS = {
     "executor": "The executor and its workers.",
     "triggerer": "The triggerer.",
     "xcom": "Where XCom values are kept, and the per-task helper process of other backends.",
-    "metrics": "Where the scheduler's metrics go (StatsD), if anywhere.",
+    "state_store": "Where the state stores of tasks and asset watchers keep their values.",
+    "metrics": "Where metrics go (StatsD), if anywhere.",
 }
 
 #: The components whose children may use a start method of their own (law 2).
@@ -569,6 +572,75 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         "Seconds one backend call may take in the XCom helper, counted from when it is sent "
         "(loading the backend: from when the helper is ready), before the helper is killed.",
+    ),
+    Option(
+        "triggerer",
+        "capacity",
+        _integer(1),
+        1000,
+        "Triggers one triggerer runs at once, on its one event loop; more wait for it, or for "
+        "another triggerer.",
+    ),
+    Option(
+        "triggerer",
+        "poll_interval",
+        _seconds(0.05, 60),
+        1.0,
+        "Longest the triggerer waits between two looks for triggers to claim or cancel.",
+    ),
+    Option(
+        "triggerer",
+        "heartbeat_timeout",
+        _seconds(1),
+        30.0,
+        "Seconds without a heartbeat after which a triggerer counts as gone, and another "
+        "takes over its triggers.",
+    ),
+    Option(
+        "triggerer",
+        "blocked_main_thread_warning_threshold",
+        _seconds(0.001, 60),
+        0.2,
+        "Seconds an event loop may be blocked before a WARNING names what blocked it and "
+        "the metric triggers.blocked_main_thread (tasks.blocked_main_thread in an async def "
+        "task) counts it; on the triggerer's loop and in async def tasks.",
+    ),
+    Option(
+        "state_store",
+        "backend",
+        STATE_BACKEND,
+        "database",
+        "Where state store values live: `database`, `objectstorage` (see the options below) "
+        "or a subclass of `spawnflow.sdk.state.StateStoreBackend` named as module:Class. It "
+        "runs in the process that uses the store (a task process, the trigger runner).",
+    ),
+    Option(
+        "state_store",
+        "objectstorage_path",
+        STORAGE_URL,
+        "",
+        "fsspec URL under which the objectstorage backend keeps state values.",
+    ),
+    Option(
+        "state_store",
+        "objectstorage_options",
+        JSON_OBJECT,
+        {},
+        "Options for the fsspec filesystem of objectstorage_path, as a JSON object.",
+    ),
+    Option(
+        "state_store",
+        "objectstorage_threshold",
+        _integer(0),
+        0,
+        "Values smaller than this many bytes (as JSON) stay in the database; 0 offloads all.",
+    ),
+    Option(
+        "state_store",
+        "objectstorage_compression",
+        _choice("none", "gzip"),
+        "none",
+        "Compression of the values the objectstorage backend writes.",
     ),
     Option(
         "metrics",

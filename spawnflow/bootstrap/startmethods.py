@@ -39,6 +39,7 @@ ROLE_COMPONENTS = {
     "task": "executor",
     "xcom-helper": "executor",
     "triggerer": "triggerer",
+    "trigger-runner": "triggerer",
 }
 
 

@@ -93,6 +93,7 @@ def _register() -> None:
         runs,
         scheduler,
         tasks,
+        triggerer,
         variables,
         xcom,
     )
@@ -111,6 +112,8 @@ def _register() -> None:
     cli.add_command(connections.connections_group)
     cli.add_command(xcom.xcom_group)
     cli.add_command(assets.assets_group)
+    cli.add_command(triggerer.triggerer_command)
+    cli.add_command(triggerer.triggers_group)
 
 
 _register()

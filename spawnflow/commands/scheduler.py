@@ -9,7 +9,8 @@ import click
 from spawnflow.commands.state import State, pass_state, require_writable_logs, wait_for_database
 
 
-def _console_logging(state: State, role: str):
+def console_logging(state: State, role: str) -> None:
+    """Log to the role's file and, warnings only unless -v, to the console."""
     from spawnflow.bootstrap import logs
 
     settings = state.settings()
@@ -34,7 +35,7 @@ def scheduler_command(state: State, num_loops: int | None, exit_when_idle: bool)
     from spawnflow.bootstrap import lifecycle
     from spawnflow.processors.scheduler.job import Scheduler
 
-    _console_logging(state, "scheduler")  # first: waiting out an outage is logged
+    console_logging(state, "scheduler")  # first: waiting out an outage is logged
     settings = state.ready_to_work()
     lifecycle.install()
     lifecycle.defer_warm_stop()
@@ -71,7 +72,7 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
 
     settings = state.settings()
     xcom_backend = xcoms.check(settings)  # a backend that cannot load stops us here
-    _console_logging(state, "standalone")  # first: waiting out an outage is logged
+    console_logging(state, "standalone")  # first: waiting out an outage is logged
     require_writable_logs(settings)
     wait_for_database(create=True)
     orm.require_writable()

@@ -38,6 +38,8 @@ class TaskState(StrEnum):
     RESTARTING = "restarting"
     #: Its task is no longer in the Dag (the file changed while the run was going).
     REMOVED = "removed"
+    #: Waiting for a trigger on a triggerer, holding no worker slot; resumes when it fires.
+    DEFERRED = "deferred"
 
     FINISHED = nonmember((SUCCESS, FAILED, UPSTREAM_FAILED, SKIPPED, REMOVED))
     #: States in which a task process may exist.
@@ -58,6 +60,10 @@ class ErrorKind(StrEnum):
     DATABASE_ERROR = "DATABASE_ERROR"
     #: A Variable or Connection lookup failed.
     LOOKUP_FAILED = "LOOKUP_FAILED"
+    #: A state store value larger than [core] max_xcom_size.
+    STATE_TOO_LARGE = "STATE_TOO_LARGE"
+    #: A state store request could not be answered (its backend failed, say).
+    STATE_STORE_ERROR = "STATE_STORE_ERROR"
     UNKNOWN_REQUEST = "UNKNOWN_REQUEST"
     SUPERVISOR_ERROR = "SUPERVISOR_ERROR"
 
@@ -72,7 +78,7 @@ class RunType(StrEnum):
 
 
 class JobState(StrEnum):
-    """Where a scheduler job is (its row in the ``job`` table)."""
+    """Where a scheduler or triggerer job is (its row in the ``job`` table)."""
 
     RUNNING = "running"
     STOPPED = "stopped"

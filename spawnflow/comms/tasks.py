@@ -37,6 +37,10 @@ class Workload(msgspec.Struct, frozen=True):
     partition_key: str | None = None
     #: The asset events that triggered the run, by asset URI (an asset-triggered run).
     triggering_asset_events: dict[str, list[dict[str, Any]]] = msgspec.field(default_factory=dict)
+    #: A deferred try resuming: the function or method to call, and its keyword
+    #: arguments as JSON text (``event`` among them: what the trigger yielded).
+    next_method: str | None = None
+    next_kwargs: str | None = None
 
 
 # -- scheduler (executor) and worker ---------------------------------------------------
@@ -118,8 +122,22 @@ class ConnectionValue(Response, frozen=True):
     connection: ConnectionData | None
 
 
+class Deferral(msgspec.Struct, frozen=True):
+    """A task's hand-over to a trigger (``raise TaskDeferred(...)``)."""
+
+    classpath: str
+    #: The trigger's keyword arguments, as JSON text.
+    trigger_kwargs: str
+    method_name: str
+    #: Keyword arguments for ``method_name``, as JSON text.
+    next_kwargs: str
+    #: Seconds the trigger may take before the try fails; None: no limit.
+    timeout: float | None = None
+
+
 class TaskOutcome(Message, frozen=True):
     """Sent by the task process as its last word."""
 
-    state: str  # "success" or "failed"
+    state: str  # "success", "failed" or "deferred"
     reason: str | None = None
+    deferral: Deferral | None = None

@@ -8,6 +8,7 @@ from spawnflow.models.assets import (
     AssetModel,
     AssetWakeRequest,
     DagAssetReference,
+    DagAssetWatcher,
     DagRunAssetEvent,
     PendingAssetEvent,
     PendingAssetMapping,
@@ -17,13 +18,16 @@ from spawnflow.models.base import Base
 from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
+from spawnflow.models.triggers import AssetStateValue, TaskStateValue, Trigger
 
 __all__ = [
     "AssetEvent",
     "AssetModel",
+    "AssetStateValue",
     "AssetWakeRequest",
     "Base",
     "DagAssetReference",
+    "DagAssetWatcher",
     "DagFileModel",
     "DagModel",
     "DagRun",
@@ -35,6 +39,8 @@ __all__ = [
     "PendingAssetRun",
     "SerializedDagModel",
     "TaskInstance",
+    "TaskStateValue",
+    "Trigger",
     "Variable",
     "XCom",
 ]

@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from spawnflow.models.base import Base, Identifier
+from spawnflow.models.dag import LongText
 from spawnflow.models.job import utcnow
 from spawnflow.sdk.partitions import MAX_PARTITION_KEY_LENGTH
 
@@ -70,6 +71,24 @@ class DagAssetReference(Base):
         Integer, ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     role: Mapped[str] = mapped_column(String(20), primary_key=True)
+
+
+class DagAssetWatcher(Base):
+    """Dag ``dag_id`` declares watcher ``name`` of asset ``asset_id``: a trigger (its
+    class and JSON keyword arguments) whose events are the asset's. The Dag processor
+    keeps one trigger row per watcher of an active asset from these rows."""
+
+    __tablename__ = "dag_asset_watcher"
+
+    dag_id: Mapped[str] = mapped_column(
+        Identifier, ForeignKey("dag.dag_id", ondelete="CASCADE"), primary_key=True
+    )
+    asset_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("asset.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(Identifier, primary_key=True)
+    classpath: Mapped[str] = mapped_column(String(1000))
+    kwargs: Mapped[str] = mapped_column(LongText)
 
 
 class AssetEvent(Base):

@@ -80,6 +80,13 @@ class TaskInstance(Base):
     last_heartbeat: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     #: Why the task ended the way it did (a timeout, a signal, a traceback's last line).
     reason: Mapped[str | None] = mapped_column(Text)
+    #: While deferred: the trigger it waits for, and when the wait times out.
+    trigger_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    trigger_timeout: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    #: Where a deferred try resumes (a function or method name), and its keyword
+    #: arguments as JSON text (the trigger's event among them, once it fired).
+    next_method: Mapped[str | None] = mapped_column(String(250))
+    next_kwargs: Mapped[str | None] = mapped_column(LongText)
 
 
 class XCom(Base):

@@ -19,10 +19,13 @@ from collections import deque
 from typing import Any
 
 from spawnflow.bootstrap import lifecycle, logs
+from spawnflow.bootstrap import settings as settings_module
+from spawnflow.comms import state as state_messages
 from spawnflow.comms.states import TaskState
-from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
-from spawnflow.sdk import loading, runtime, xcom
+from spawnflow.comms.tasks import Deferral, TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.sdk import loading, runtime, state, xcom
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
+from spawnflow.sdk.triggers import TaskDeferred, classpath_of
 
 
 class TaskFailed(Exception):
@@ -43,19 +46,36 @@ def run_task(channel, workload: Workload) -> None:
         "conf": workload.conf,
         "partition_key": workload.partition_key,
         "triggering_asset_events": workload.triggering_asset_events,
-    }
+        "task_state": state.StateStore(
+            state_messages.TASK, (workload.dag_id, workload.run_id, workload.task_id),
+            runtime.ask, lambda: state.load_backend(settings_module.current()),
+        ),
+    }  # fmt: skip
     runtime.install(channel, context)
     logger = logs.get_logger("spawnflow.task")
-    logger.info("task started", task_id=workload.task_id, try_number=workload.try_number)
+    resuming = workload.next_method is not None
+    logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
+                try_number=workload.try_number, method=workload.next_method)  # fmt: skip
     try:
         task = _find_task(workload)
-        result = _execute(task, channel)
+        result = _resume(task, workload) if resuming else _execute(task, channel)
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
             _push(channel, "return_value", encoded)
     except lifecycle.WarmStop:
         channel.send(TaskOutcome(state=TaskState.FAILED, reason="the task was asked to stop"))
         raise
+    except TaskDeferred as deferred:
+        try:
+            deferral = _deferral(deferred, workload)
+        except TaskFailed as failure:
+            logger.error("task failed", reason=str(failure))
+            channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+            return
+        logger.info("task deferred", trigger=deferral.classpath, resumes_at=deferral.method_name,
+                    timeout=deferral.timeout)  # fmt: skip
+        channel.send(TaskOutcome(state=TaskState.DEFERRED, deferral=deferral))
+        return
     except (TaskFailed, xcom.XComError) as failure:
         logger.error("task failed", reason=str(failure))
         channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
@@ -80,8 +100,9 @@ def _find_task(workload: Workload) -> Task:
 
 
 def _execute(task: Task, channel) -> Any:
-    args = [_resolve(value, channel) for value in task.op_args]
-    kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
+    if isinstance(task, PythonTask | CommandTask):
+        args = [_resolve(value, channel) for value in task.op_args]
+        kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
     if isinstance(task, PythonTask):
         return _call_with_context(task.python_callable, args, kwargs)
     if isinstance(task, CommandTask):
@@ -89,7 +110,48 @@ def _execute(task: Task, channel) -> Any:
         if callable(command):
             command = _call_with_context(command, args, kwargs)
         return _run_command(str(command), task)
+    execute = getattr(task, "execute", None)
+    if callable(execute):  # a task class of its own (a sensor, say)
+        return _call_with_context(execute, [], {})
     raise TaskFailed(f"spawnflow cannot run tasks of kind {task.kind!r}")
+
+
+def _resume(task: Task, workload: Workload) -> Any:
+    """Run a deferred try on from ``next_method``, with the trigger's event."""
+    name = workload.next_method
+    assert name is not None  # only a resuming workload comes here
+    kwargs = xcom.decode(workload.next_kwargs or "{}")
+    method = getattr(task, name, None)
+    if not callable(method) and isinstance(task, PythonTask):
+        module = sys.modules.get(getattr(task.python_callable, "__module__", ""))
+        method = getattr(module, name, None)
+    if not callable(method):
+        raise TaskFailed(
+            f"task {task.task_id!r} deferred to resume at {name!r}, but it has no method of "
+            "that name and its Dag file no function of that name"
+        )
+    return _call_with_context(method, [], kwargs)
+
+
+def _deferral(deferred: TaskDeferred, workload: Workload) -> Deferral:
+    """What the supervisor records of a deferral; TaskFailed if the triggerer could not
+    build the trigger again."""
+    classpath, trigger_kwargs = deferred.trigger.serialize()
+    module = classpath.rpartition(".")[0]
+    if module.startswith(loading.DAG_FILE_MODULE_PREFIX) or module in ("", "__main__"):
+        raise TaskFailed(
+            f"the trigger class {classpath_of(deferred.trigger).rsplit('.', 1)[-1]} is defined "
+            "in the Dag file, which the triggerer does not import: put it in a module of its "
+            "own (the Dags folder is on the triggerer's path)"
+        )
+    try:
+        encoded_kwargs = xcom.encode(trigger_kwargs, subject=f"an argument of {classpath}")
+        next_kwargs = xcom.encode(deferred.kwargs, subject="an argument in TaskDeferred(kwargs=)")
+    except xcom.XComError as error:
+        raise TaskFailed(str(error)) from None
+    return Deferral(classpath=classpath, trigger_kwargs=encoded_kwargs,
+                    method_name=deferred.method_name, next_kwargs=next_kwargs,
+                    timeout=deferred.timeout)  # fmt: skip
 
 
 def _call_with_context(function, args: list, kwargs: dict) -> Any:
@@ -104,8 +166,39 @@ def _call_with_context(function, args: list, kwargs: dict) -> Any:
     if inspect.iscoroutine(result):  # an async def task
         import asyncio
 
-        result = asyncio.run(result)
+        result = asyncio.run(_watched(result))
     return result
+
+
+async def _watched(coro) -> Any:
+    """Run an ``async def`` task's coroutine under a watchdog that logs and counts each
+    stall of the loop past ``[triggerer] blocked_main_thread_warning_threshold``, naming
+    the coroutine that held it (every asyncio task the coroutine starts is watched too)."""
+    import asyncio
+
+    from spawnflow.bootstrap.loopwatch import LoopWatchdog
+
+    context = runtime.get_current_context()
+    task_id = context["task_id"]
+    logger = logs.get_logger("spawnflow.task")
+    threshold = settings_module.current().triggerer.blocked_main_thread_warning_threshold
+
+    def stalled(seconds: float, culprits: list[str]) -> None:
+        named = culprits or ["something other than the task's coroutines"]
+        logger.warning("event loop blocked", seconds=round(seconds, 3), threshold=threshold,
+                       culprits=named)  # fmt: skip
+
+    def name_of(inner) -> str:
+        return f"task {task_id} ({getattr(inner, '__qualname__', type(inner).__name__)})"
+
+    watchdog = LoopWatchdog(threshold, metric="tasks.blocked_main_thread", on_stall=stalled)
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(watchdog.task_factory(name_of))
+    watchdog.install()
+    try:
+        return await loop.create_task(coro)
+    finally:
+        watchdog.close()
 
 
 def _run_command(command: str, task: CommandTask) -> str | None:

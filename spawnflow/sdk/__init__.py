@@ -12,6 +12,8 @@ from spawnflow.sdk.runtime import (
     xcom_push,
     xcom_push_async,
 )
+from spawnflow.sdk.sensors import BaseSensor, DateTimeSensorAsync, FileSensor, SensorTimeout
+from spawnflow.sdk.state import StateStore, StateStoreBackend
 from spawnflow.sdk.tasks import (
     CommandTask,
     DagDefinitionError,
@@ -21,21 +23,43 @@ from spawnflow.sdk.tasks import (
     XComArg,
     task,
 )
+from spawnflow.sdk.triggers import (
+    AssetWatcher,
+    BaseTrigger,
+    DateTimeTrigger,
+    FileTrigger,
+    TaskDeferred,
+    TimeDeltaTrigger,
+    TriggerEvent,
+)
 from spawnflow.sdk.xcom_backend import XComBackend, XComRef
 
 __all__ = [
     "Asset",
+    "AssetWatcher",
+    "BaseSensor",
+    "BaseTrigger",
     "CommandTask",
     "Connection",
     "CustomMapper",
     "Dag",
     "DagDefinitionError",
+    "DateTimeSensorAsync",
+    "DateTimeTrigger",
     "DayToMonth",
     "DayToWeek",
+    "FileSensor",
+    "FileTrigger",
     "HourToDay",
     "Identity",
     "PythonTask",
+    "SensorTimeout",
+    "StateStore",
+    "StateStoreBackend",
     "Task",
+    "TaskDeferred",
+    "TimeDeltaTrigger",
+    "TriggerEvent",
     "TriggerRule",
     "Variable",
     "XComArg",

@@ -51,29 +51,35 @@ class Asset(_Combinable):
             at most 1500 characters, with no whitespace or control characters.
         name: a readable name, the URI unless given; at most 1500 characters.
         group: a label for listing Assets together; at most 250 characters.
+        watchers: :class:`~spawnflow.sdk.triggers.AssetWatcher` objects: triggers the
+            triggerer runs for as long as a Dag references the Asset, each of whose
+            events becomes an event of the Asset.
 
     Raises:
-        ValueError: naming the bad uri, name or group.
+        ValueError: naming the bad uri, name, group or watcher.
     """
 
-    __slots__ = ("group", "name", "uri")
+    __slots__ = ("group", "name", "uri", "watchers")
 
     uri: str
     name: str
     group: str
+    watchers: tuple[Any, ...]
 
-    def __init__(self, uri: str, *, name: str | None = None, group: str = "asset"):
+    def __init__(self, uri: str, *, name: str | None = None, group: str = "asset",
+                 watchers: Iterable[Any] = ()):  # fmt: skip
         object.__setattr__(self, "uri", _check_uri(uri))
         object.__setattr__(
             self, "name", _check_text(uri if name is None else name, "name", NAME_MAX)
         )
         object.__setattr__(self, "group", _check_text(group, "group", GROUP_MAX))
+        object.__setattr__(self, "watchers", _check_watchers(uri, watchers))
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"Asset {self.uri!r} cannot be changed; create another Asset")
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickle and copy despite __setattr__
-        return _asset, (self.uri, self.name, self.group)
+        return _asset, (self.uri, self.name, self.group, self.watchers)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Asset):
@@ -188,12 +194,22 @@ class AssetCondition(msgspec.Struct, frozen=True):
         )
 
 
+class WatcherRef(msgspec.Struct, frozen=True):
+    """An asset watcher as a serialized Dag keeps it: its trigger, rebuilt on the triggerer."""
+
+    name: str
+    classpath: str
+    #: The trigger's keyword arguments, as JSON text (see ``spawnflow.sdk.xcom``).
+    kwargs: str
+
+
 class AssetRef(msgspec.Struct, frozen=True):
     """One Asset a serialized Dag references, in its schedule or a task's outlets."""
 
     uri: str
     name: str
     group: str
+    watchers: list[WatcherRef] = msgspec.field(default_factory=list)
 
 
 def condition_of(value: object) -> AssetCondition:
@@ -242,8 +258,50 @@ def assets_in(value: object) -> list[Asset]:
     return found
 
 
-def _asset(uri: str, name: str, group: str) -> Asset:
-    return Asset(uri, name=name, group=group)
+def _asset(uri: str, name: str, group: str, watchers: tuple[Any, ...] = ()) -> Asset:
+    return Asset(uri, name=name, group=group, watchers=watchers)
+
+
+def _check_watchers(uri: str, watchers: Iterable[Any]) -> tuple[Any, ...]:
+    from spawnflow.sdk.triggers import AssetWatcher
+
+    if isinstance(watchers, str | bytes) or not isinstance(watchers, Iterable):
+        raise ValueError(f"watchers of asset {_shown(uri)} must be a list of AssetWatchers")
+    found = tuple(watchers)
+    names: set[str] = set()
+    for watcher in found:
+        if not isinstance(watcher, AssetWatcher):
+            raise ValueError(
+                f"watchers of asset {_shown(uri)} must be AssetWatchers, not {watcher!r}"
+            )
+        if watcher.name in names:
+            raise ValueError(f"asset {_shown(uri)} has two watchers named {watcher.name!r}")
+        names.add(watcher.name)
+    return found
+
+
+def watcher_refs(asset: Asset) -> list[WatcherRef]:
+    """The Asset's watchers as a serialized Dag keeps them; ValueError for a trigger the
+    triggerer could not build again."""
+    from spawnflow.sdk import xcom
+    from spawnflow.sdk.loading import DAG_FILE_MODULE_PREFIX
+
+    refs = []
+    for watcher in asset.watchers:
+        classpath, kwargs = watcher.trigger.serialize()
+        module = classpath.rpartition(".")[0]
+        if module.startswith(DAG_FILE_MODULE_PREFIX) or module in ("", "__main__"):
+            raise ValueError(
+                f"the trigger of asset watcher {watcher.name!r} is a class defined in the Dag "
+                "file, which the triggerer does not import: put it in a module of its own "
+                "(the Dags folder is on the triggerer's path)"
+            )
+        try:
+            text = xcom.encode(kwargs, subject=f"an argument of watcher {watcher.name!r}")
+        except xcom.XComError as error:
+            raise ValueError(str(error)) from None
+        refs.append(WatcherRef(name=watcher.name, classpath=classpath, kwargs=text))
+    return refs
 
 
 def _check_uri(uri: object) -> str:

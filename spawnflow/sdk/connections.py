@@ -20,9 +20,9 @@ class Connection(ConnectionData, frozen=True):
     def get(conn_id: str) -> Connection:
         """The Connection ``conn_id``; KeyError if there is none."""
         from spawnflow.comms.tasks import GetConnection
-        from spawnflow.sdk.runtime import _call
+        from spawnflow.sdk.runtime import ask
 
-        answer = _call(lambda id: GetConnection(id=id, conn_id=conn_id))
+        answer = ask(lambda id: GetConnection(id=id, conn_id=conn_id))
         if answer.connection is None:
             raise KeyError(f"there is no Connection {conn_id!r}; see `spawnflow connections list`")
         return Connection(**msgspec.structs.asdict(answer.connection))

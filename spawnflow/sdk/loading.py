@@ -11,6 +11,9 @@ from spawnflow.sdk import building
 from spawnflow.sdk import dags as dag_registry
 from spawnflow.sdk.tasks import DagDefinitionError
 
+#: The name of a Dag file's module starts with this (the rest is a hash of its path).
+DAG_FILE_MODULE_PREFIX = "spawnflow_dagfile_"
+
 
 def prepare_path(path: str, dags_folder: str | None) -> None:
     """Let a Dag file import helpers from the Dags folder and from its own folder.
@@ -31,7 +34,7 @@ def import_dag_file(path: str) -> list[dag_registry.Dag]:
     file raises, or DagDefinitionError.
     """
     building.forget_built_dags()
-    module_name = "spawnflow_dagfile_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    module_name = DAG_FILE_MODULE_PREFIX + hashlib.sha1(path.encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise DagDefinitionError(f"{path} is not a Python file")

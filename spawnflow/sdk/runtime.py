@@ -62,7 +62,7 @@ def get_current_context() -> dict[str, Any]:
     return dict(_context)
 
 
-def _call(make: Any) -> Any:
+def ask(make: Any) -> Any:
     """Send the request ``make(id)`` builds to the supervisor and return its answer."""
     from spawnflow.bootstrap.wire import ErrorResponse
 
@@ -82,7 +82,7 @@ class Variable:
         """The Variable's value; ``default`` if it is not set (KeyError without a default)."""
         from spawnflow.comms.tasks import GetVariable
 
-        answer = _call(lambda id: GetVariable(id=id, key=key))
+        answer = ask(lambda id: GetVariable(id=id, key=key))
         if answer.value is None:
             if default is _MISSING:
                 raise KeyError(f"there is no Variable {key!r}")
@@ -95,7 +95,7 @@ def xcom_pull(task_id: str, key: str = "return_value") -> Any:
     from spawnflow.comms.tasks import XComPull
     from spawnflow.sdk import xcom
 
-    answer = _call(lambda id: XComPull(id=id, task_id=task_id, key=key))
+    answer = ask(lambda id: XComPull(id=id, task_id=task_id, key=key))
     return None if answer.value is None else xcom.decode(answer.value)
 
 
@@ -105,7 +105,7 @@ def xcom_push(key: str, value: Any) -> None:
     from spawnflow.sdk import xcom
 
     encoded = xcom.encode(value, key, get_current_context()["task_id"])
-    _call(lambda id: XComPush(id=id, key=key, value=encoded))
+    ask(lambda id: XComPush(id=id, key=key, value=encoded))
 
 
 async def xcom_pull_async(task_id: str, key: str = "return_value") -> Any:

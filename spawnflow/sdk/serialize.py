@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from spawnflow.sdk.assets import Asset, AssetRef
+from spawnflow.sdk.assets import Asset, AssetRef, WatcherRef, watcher_refs
 from spawnflow.sdk.dags import Dag
 from spawnflow.sdk.schedule import Schedule
 from spawnflow.sdk.tasks import Task, to_json
@@ -103,6 +103,7 @@ def _assets(dag: Dag, order: list[str]) -> list[AssetRef]:
     uses: list[tuple[Asset, str | None]] = [(asset, None) for asset in dag.schedule_assets]
     for task_id in order:
         uses.extend((asset, task_id) for asset in dag.task_dict[task_id].outlets)
+    watchers: dict[str, list[WatcherRef]] = {}
     for asset, user in uses:
         known = found.setdefault(asset.uri, asset)
         if (known.name, known.group) != (asset.name, asset.group):
@@ -111,8 +112,17 @@ def _assets(dag: Dag, order: list[str]) -> list[AssetRef]:
                 f"{asset.name!r} in group {asset.group!r}; give it one name and group",
                 user,
             )
+        try:
+            refs = watcher_refs(asset)
+        except ValueError as error:
+            raise dag.definition_error(str(error), user) from None
+        if asset.watchers and watchers.setdefault(asset.uri, refs) != refs:
+            raise dag.definition_error(
+                f"asset {asset.uri!r} has different watchers in two places; give it one list",
+                user,
+            )
     return [
-        AssetRef(uri=uri, name=asset.name, group=asset.group)
+        AssetRef(uri=uri, name=asset.name, group=asset.group, watchers=watchers.get(uri, []))
         for uri, asset in sorted(found.items())
     ]
 

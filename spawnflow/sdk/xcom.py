@@ -27,14 +27,17 @@ class XComError(ValueError):
     """A value that cannot be stored as an XCom, or a stored one that cannot be read."""
 
 
-def encode(value: Any, key: str = "return_value", task_id: str = "?") -> str:
-    """The JSON text of ``value``; XComError naming the key, task and type if impossible."""
+def encode(value: Any, key: str = "return_value", task_id: str = "?", *,
+           subject: str | None = None) -> str:  # fmt: skip
+    """The JSON text of ``value``; XComError naming the key, task and type if impossible
+    (``subject`` names the value otherwise: "state 'job_id'", say)."""
     try:
         return msgspec.json.encode(_plain(value)).decode()
     except _Unsupported as unsupported:
+        what = subject or f"XCom {key!r} of task {task_id!r}"
+        kept = "stored" if subject else "stored as an XCom"
         raise XComError(
-            f"XCom {key!r} of task {task_id!r} is {unsupported.what}, which cannot be stored "
-            f"as an XCom; supported: {SUPPORTED}"
+            f"{what} is {unsupported.what}, which cannot be {kept}; supported: {SUPPORTED}"
         ) from None
 
 

@@ -14,6 +14,7 @@ from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.models.dag import DagModel
 from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
+from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
 from spawnflow.services.records import NotFound, get_run
@@ -106,6 +107,7 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> Cleared:
                 ti.state, ti.last_heartbeat = TaskState.RESTARTING, runs.utcnow()
             else:
                 ti.state = TaskState.NONE
+                end_deferral(ti)  # a deferred one stops waiting: the triggerer drops its trigger
             ti.reason, ti.next_try_at, ti.end_date = None, None, None
             cleared.append(task_id)
         if run.state in DagRunState.FINISHED:
@@ -125,6 +127,7 @@ def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
             "marked failed from the CLI",
             runs.utcnow(),
         )
+        end_deferral(ti)
         return previous
 
 

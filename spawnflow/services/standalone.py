@@ -1,6 +1,7 @@
-"""``spawnflow standalone``: the Dag processor and the scheduler, as children, on one screen.
+"""``spawnflow standalone``: the Dag processor, the scheduler and the triggerer, as
+children, on one screen.
 
-Both are launched by the launcher and report a ComponentStatus after each pass or
+Each is launched by the launcher and reports a ComponentStatus after each pass or
 loop; this process shows one status line per component and stops the whole tree
 on Ctrl-C or SIGTERM (warm; a second Ctrl-C: cold).
 """
@@ -23,6 +24,7 @@ log = logs.get_logger("spawnflow.standalone")
 COMPONENTS = {
     "dag-processor": "spawnflow.processors.dag_processor.manager:run",
     "scheduler": "spawnflow.processors.scheduler.job:run",
+    "triggerer": "spawnflow.processors.triggerer.job:run",
 }
 
 

@@ -14,18 +14,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spawnflow.bootstrap import orm, wire
+import msgspec
+
+from spawnflow.bootstrap import launcher, orm, wire
+from spawnflow.bootstrap.child import stop_many
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
-from spawnflow.comms.states import DagRunState
+from spawnflow.comms.state import ClearState, GetState, SetState, StateReplaced, StateValue
+from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.executors.local import LocalExecutor
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.job import Scheduler
+from spawnflow.processors.triggerer.job import fire_once
 from spawnflow.processors.worker.recording import TryRecorder
 from spawnflow.processors.worker.supervisor import TaskSupervisor
+from spawnflow.sdk import xcom
 from spawnflow.services.dags import UnknownDag, get_dag
+
+TRIGGERER_TARGET = "spawnflow.processors.triggerer.job:run"
 
 
 def ensure_parsed(settings: Settings, dag_id: str) -> None:
@@ -50,13 +58,19 @@ def test_dag(
     with orm.session_scope() as session:
         run_id = runs.trigger_run(session, dag_id, conf).id
     seen: dict[str, str] = {}
+    triggerer: list[launcher.Child] = []
 
     def report(_summary) -> None:
-        with orm.session_scope() as session:
+        with orm.session_scope(write=False) as session:
             for ti in session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id):
                 if seen.get(ti.task_id) != ti.state:
                     seen[ti.task_id] = ti.state
                     on_change(ti.task_id, ti.state, ti.reason)
+        if not triggerer and TaskState.DEFERRED in seen.values():
+            # A task deferred: a triggerer for this run's triggers, until the run ends.
+            spec = launcher.ChildSpec("triggerer", TRIGGERER_TARGET, {"only_runs": [run_id]},
+                                      settings=settings, warm_stop_group=False)  # fmt: skip
+            triggerer.append(launcher.launch(spec))
 
     def finished() -> bool:
         with orm.session_scope() as session:
@@ -73,6 +87,8 @@ def test_dag(
         # here, failed with the reason, rather than stay running with nobody on it.
         _fail_unfinished(run_id, _why_it_ended(error))
         raise
+    finally:
+        stop_many(triggerer)
     report(None)
     with orm.session_scope() as session:
         run = session.get(DagRun, run_id)
@@ -91,8 +107,6 @@ def _why_it_ended(error: BaseException) -> str:
 def _fail_unfinished(run_id: int, reason: str) -> None:
     """Fail the run and every task instance of it that did not finish, with ``reason``."""
     from sqlalchemy import exc
-
-    from spawnflow.comms.states import TaskState
 
     now = runs.utcnow()
     try:
@@ -117,6 +131,8 @@ class InMemoryRecorder(TryRecorder):
     def __init__(self, show: Callable[[str], None]):
         self.show = show
         self.xcoms: dict[str, str] = {}
+        #: The task's state store: key to (JSON text, reference).
+        self.state: dict[str, tuple[str | None, str | None]] = {}
 
     def answer(self, request: wire.Request) -> wire.Response:
         if isinstance(request, XComPush):
@@ -126,6 +142,22 @@ class InMemoryRecorder(TryRecorder):
             self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
             return XComValue(id=request.id, value=None)
         return super().answer(request)
+
+    def answer_state(self, request: wire.Request) -> wire.Response:
+        """The state store, in memory: what the test's tries keep is gone after it."""
+        ref = request.ref  # type: ignore[attr-defined]  # every state request has one
+        if isinstance(request, GetState):
+            value, reference = self.state.get(ref.key, (None, None))
+            return StateValue(id=request.id, value=value, reference=reference)
+        if isinstance(request, ClearState):
+            removed = [r for _, r in self.state.values() if r]
+            self.state.clear()
+            return StateReplaced(id=request.id, previous=removed)
+        _, old = self.state.pop(ref.key, (None, None))
+        if isinstance(request, SetState):
+            self.state[ref.key] = (request.value, request.reference)
+        kept = request.reference if isinstance(request, SetState) else None
+        return StateReplaced(id=request.id, previous=[old] if old and old != kept else [])
 
 
 @dataclass
@@ -160,4 +192,22 @@ def test_task(settings: Settings, dag_id: str, task_id: str,
     recorder = InMemoryRecorder(show)
     supervisor = TaskSupervisor(workload, settings, recorder=recorder)
     state = supervisor.run()
-    return TaskTest(state, supervisor.reason, recorder.xcoms, Path(workload.log_file))
+    reason = supervisor.reason
+    while state == TaskState.DEFERRED and supervisor.deferral is not None:
+        deferral = supervisor.deferral
+        show(f"(deferred to {deferral.classpath.rsplit('.', 1)[-1]}; running its trigger here "
+             f"until it fires, then {deferral.method_name})")  # fmt: skip
+        payload, failure = fire_once(settings, deferral.classpath, deferral.trigger_kwargs,
+                                     deferral.timeout)  # fmt: skip
+        if payload is None:
+            state, reason = TaskState.FAILED, f"its trigger failed: {failure}"
+            break
+        kwargs = xcom.decode(deferral.next_kwargs)
+        kwargs["event"] = xcom.decode(payload)
+        workload = msgspec.structs.replace(
+            workload, next_method=deferral.method_name,
+            next_kwargs=xcom.encode(kwargs, subject="the trigger's event"),
+        )  # fmt: skip
+        supervisor = TaskSupervisor(workload, settings, recorder=recorder)
+        state, reason = supervisor.run(), supervisor.reason
+    return TaskTest(state, reason, recorder.xcoms, Path(workload.log_file))

@@ -1,4 +1,5 @@
-"""The ``objectstorage`` XCom backend: values as objects under an fsspec URL.
+"""The ``objectstorage`` XCom and state store backends: values as objects under an
+fsspec URL.
 
 ``[xcom] objectstorage_path`` names the place (``file://``, ``s3://bucket/prefix`` with
 s3fs, or any other fsspec protocol; ``memory://`` lives in one helper process, so its
@@ -24,67 +25,65 @@ from urllib.parse import quote
 
 import fsspec
 
+from spawnflow.sdk.state import StateRef, StateStoreBackend
 from spawnflow.sdk.xcom_backend import XComBackend, XComRef
 
 GZIP_SUFFIX = ".json.gz"
 
 
-class ObjectStorageBackend(XComBackend):
-    """Keeps each value as one object; the metadata row keeps the object's URL."""
+class ObjectFolder:
+    """Objects under one fsspec URL: what the XCom and state store backends share.
 
-    def __init__(self, settings: Any) -> None:
-        super().__init__(settings)
-        path = settings.xcom.objectstorage_path
+    ``section`` names the settings section the options came from, for messages.
+    """
+
+    def __init__(self, section: str, path: str, options: dict[str, Any], compression: str):
         if not path:
             raise ValueError(
-                "[core] xcom_backend is objectstorage but [xcom] objectstorage_path is empty; "
-                "set it to a URL such as file:///srv/xcoms or s3://bucket/prefix"
+                f"[{section}] objectstorage_path is empty; set it to a URL such as "
+                "file:///srv/values or s3://bucket/prefix"
             )
-        self.base = path
-        self.threshold = settings.xcom.objectstorage_threshold
-        self.gzip = settings.xcom.objectstorage_compression == "gzip"
+        self.section, self.base = section, path
+        self.gzip = compression == "gzip"
         self._folders: set[str] = set()
         try:
-            options = dict(settings.xcom.objectstorage_options)
-            self.fs, self.root = fsspec.core.url_to_fs(path, **options)
+            self.fs, self.root = fsspec.core.url_to_fs(path, **dict(options))
         except (ImportError, TypeError, ValueError) as error:
             raise ValueError(
-                f"[xcom] objectstorage_path {path!r} cannot be used: {error}"
+                f"[{section}] objectstorage_path {path!r} cannot be used: {error}"
             ) from None
 
-    def serialize(self, text: str, *, ref: XComRef) -> bytes:
+    def encode(self, text: str) -> bytes:
         data = text.encode()
         # mtime=0: the same value gives the same bytes.
         return gzip.compress(data, mtime=0) if self.gzip else data
 
-    def deserialize(self, data: bytes, *, ref: XComRef) -> str:
+    @staticmethod
+    def decode(data: bytes) -> str:
         if data[:2] == b"\x1f\x8b":  # gzip's magic number
             data = gzip.decompress(data)
         return data.decode()
 
-    def store(self, data: bytes, *, ref: XComRef) -> str | None:
-        if ref.size < self.threshold:
-            return None
-        name = f"{_file_safe(ref.key)}-{uuid.uuid4().hex}"
+    def write(self, parts: tuple[str, ...], key: str, data: bytes) -> str:
+        """Write a new object for ``key`` under the folder ``parts``; its URL."""
+        name = f"{_file_safe(key)}-{uuid.uuid4().hex}"
         name += GZIP_SUFFIX if self.gzip else ".json"
-        folder = "/".join(_file_safe(part) for part in (ref.dag_id, ref.run_id, ref.task_id))
-        relative = f"{folder}/{name}"
-        if folder not in self._folders:  # once per task, not once per value
+        folder = "/".join(_file_safe(part) for part in parts)
+        if folder not in self._folders:  # once per folder, not once per value
             self.fs.makedirs(f"{self.root}/{folder}", exist_ok=True)
             self._folders.add(folder)
-        self.fs.pipe_file(f"{self.root}/{relative}", data)
-        return f"{self.base}/{relative}"
+        self.fs.pipe_file(f"{self.root}/{folder}/{name}", data)
+        return f"{self.base}/{folder}/{name}"
 
-    def load(self, reference: str, *, ref: XComRef) -> bytes:
+    def read(self, reference: str, what: str) -> bytes:
         try:
             return self.fs.cat_file(self._path(reference))
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"XCom {ref.key!r} of task {ref.task_id!r} was kept at {reference}, "
-                "which no longer exists"
+                f"{what} was kept at {reference}, which no longer exists"
             ) from None
 
-    def purge(self, reference: str, *, ref: XComRef) -> None:
+    def remove(self, reference: str) -> None:
         try:
             self.fs.rm_file(self._path(reference))
         except FileNotFoundError:
@@ -93,10 +92,75 @@ class ObjectStorageBackend(XComBackend):
     def _path(self, reference: str) -> str:
         if not reference.startswith(self.base + "/"):
             raise ValueError(
-                f"{reference} is not under [xcom] objectstorage_path {self.base}; "
+                f"{reference} is not under [{self.section}] objectstorage_path {self.base}; "
                 "it was stored with another setting"
             )
         return f"{self.root}/{reference[len(self.base) + 1 :]}"
+
+
+class ObjectStorageBackend(XComBackend):
+    """Keeps each value as one object; the metadata row keeps the object's URL."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        options = settings.xcom
+        self.objects = ObjectFolder("xcom", options.objectstorage_path,
+                                    options.objectstorage_options,
+                                    options.objectstorage_compression)  # fmt: skip
+        self.base, self.fs, self.root = self.objects.base, self.objects.fs, self.objects.root
+        self.threshold = options.objectstorage_threshold
+
+    def serialize(self, text: str, *, ref: XComRef) -> bytes:
+        return self.objects.encode(text)
+
+    def deserialize(self, data: bytes, *, ref: XComRef) -> str:
+        return self.objects.decode(data)
+
+    def store(self, data: bytes, *, ref: XComRef) -> str | None:
+        if ref.size < self.threshold:
+            return None
+        return self.objects.write((ref.dag_id, ref.run_id, ref.task_id), ref.key, data)
+
+    def load(self, reference: str, *, ref: XComRef) -> bytes:
+        return self.objects.read(reference, f"XCom {ref.key!r} of task {ref.task_id!r}")
+
+    def purge(self, reference: str, *, ref: XComRef) -> None:
+        self.objects.remove(reference)
+
+
+class ObjectStorageStateBackend(StateStoreBackend):
+    """The ``objectstorage`` state store backend: each value one object under
+    ``[state_store] objectstorage_path`` (``task/<dag>/<run>/<task>/`` or
+    ``asset/<hash of the URI>/``), smaller ones in the database."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        options = settings.state_store
+        self.objects = ObjectFolder("state_store", options.objectstorage_path,
+                                    options.objectstorage_options,
+                                    options.objectstorage_compression)  # fmt: skip
+        self.threshold = options.objectstorage_threshold
+
+    def serialize(self, text: str, *, ref: StateRef) -> bytes:
+        return self.objects.encode(text)
+
+    def deserialize(self, data: bytes, *, ref: StateRef) -> str:
+        return self.objects.decode(data)
+
+    def store(self, data: bytes, *, ref: StateRef) -> str | None:
+        if ref.size < self.threshold:
+            return None
+        if ref.scope == "asset":
+            parts: tuple[str, ...] = ("asset", hashlib.sha256(ref.owner[0].encode()).hexdigest())
+        else:
+            parts = (ref.scope, *ref.owner)
+        return self.objects.write(parts, ref.key, data)
+
+    def load(self, reference: str, *, ref: StateRef) -> bytes:
+        return self.objects.read(reference, f"state {ref.key!r} of {'/'.join(ref.owner)}")
+
+    def purge(self, reference: str, *, ref: StateRef) -> None:
+        self.objects.remove(reference)
 
 
 def _file_safe(part: str, longest: int = 120) -> str:

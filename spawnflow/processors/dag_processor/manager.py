@@ -91,6 +91,7 @@ class DagFileProcessorManager:
             with orm.session_scope() as session:
                 forgotten = store.forget_missing_files(session, present, keep_under)
                 asset_refs.refresh_activity(session)
+                asset_refs.sync_watcher_triggers(session)
                 mappings = partition_mapping.requested(session)
                 failing = partition_mapping.failing_files(session) if mappings else set()
                 return forgotten, store.known_files(session), mappings, failing
@@ -118,6 +119,14 @@ class DagFileProcessorManager:
         # has been stored, the file it left no longer holds it.
         for outcome in contested:
             self._record(outcome)  # its mapped partitions are answered: not again
+        if summary.parsed:
+
+            def settle() -> None:  # what the files said about assets and their watchers
+                with orm.session_scope() as session:
+                    asset_refs.refresh_activity(session)
+                    asset_refs.sync_watcher_triggers(session)
+
+            outage.ride_out(settle, what="updating assets and their watchers")
 
         def count() -> tuple[int, dict[str, str]]:
             with orm.session_scope(write=False) as session:

@@ -33,6 +33,7 @@ from spawnflow.comms.tasks import Workload
 from spawnflow.executors import BaseExecutor, WorkerLost
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import asset_runs, cut_short, runs
 from spawnflow.processors.scheduler.queueing import queue_tasks
 
@@ -49,6 +50,8 @@ class LoopSummary:
     queued: int
     active_runs: int
     running_tasks: int
+    #: Task instances waiting for a trigger (they hold no worker).
+    deferred_tasks: int = 0
 
     @property
     def idle(self) -> bool:
@@ -213,6 +216,8 @@ class Scheduler:
             back_at = outage.recovered_at()
             for ti in runs.fail_stale_tasks(session, self.bag, now, timeout, back_at):
                 log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+            for ti in runs.fail_timed_out_deferrals(session, self.bag, now, self.only_runs):
+                log.warning("deferral timed out", dag_id=ti.dag_id, task_id=ti.task_id)
         self._handle_events()  # first: a lost worker's slot and task are known before queueing
         # run() sets both before it calls loop_once().
         assert self.executor is not None
@@ -262,6 +267,7 @@ class Scheduler:
                 log.warning("task lost with its worker", dag_id=ti.dag_id, task_id=ti.task_id)
             elif ti.state == TaskState.RESTARTING:  # cleared while it ran: it may run again
                 ti.state = TaskState.NONE
+                end_deferral(ti)
 
     # -- the job row ----------------------------------------------------------------------
 
@@ -310,14 +316,21 @@ class Scheduler:
     def _summary(self, created: int, queued: int) -> LoopSummary:
         runs_query = select(func.count()).where(DagRun.state.in_(DagRunState.ACTIVE))
         tasks_query = select(func.count()).where(TaskInstance.state.in_(TaskState.ACTIVE))
+        deferred_query = select(func.count()).where(TaskInstance.state == TaskState.DEFERRED)
         if self.only_runs is not None:
             runs_query = runs_query.where(DagRun.id.in_(self.only_runs))
             tasks_query = tasks_query.where(TaskInstance.dag_run_id.in_(self.only_runs))
+            deferred_query = deferred_query.where(TaskInstance.dag_run_id.in_(self.only_runs))
         with orm.session_scope(write=False) as session:
-            active_runs, running_tasks = session.execute(
-                select(runs_query.scalar_subquery(), tasks_query.scalar_subquery())
+            active_runs, running_tasks, deferred = session.execute(
+                select(
+                    runs_query.scalar_subquery(),
+                    tasks_query.scalar_subquery(),
+                    deferred_query.scalar_subquery(),
+                )
             ).one()
-        return LoopSummary(self.loops, created, queued, active_runs or 0, running_tasks or 0)
+        return LoopSummary(self.loops, created, queued, active_runs or 0, running_tasks or 0,
+                           deferred or 0)  # fmt: skip
 
 
 def run(channel, **kwargs) -> None:
@@ -328,7 +341,8 @@ def run(channel, **kwargs) -> None:
     def report(summary: LoopSummary) -> None:
         channel.send(ComponentStatus(
             role="scheduler", loops=summary.loops, idle=summary.idle,
-            text=f"{summary.active_runs} active run(s), {summary.running_tasks} task(s) running",
+            text=f"{summary.active_runs} active run(s), {summary.running_tasks} task(s) running, "
+            f"{summary.deferred_tasks} deferred",
         ))  # fmt: skip
 
     lifecycle.defer_warm_stop()

@@ -104,7 +104,8 @@ def _queue_one(
     assert model is not None
     ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
     per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
-    try_number = ti.try_number + 1
+    # A deferred try whose trigger fired resumes in the same try; others start the next.
+    try_number = ti.try_number if ti.next_method is not None else ti.try_number + 1
     return Workload(
         ti_id=ti.id, dag_id=ti.dag_id, run_id=run.run_id, task_id=ti.task_id,
         try_number=try_number, dag_file=model.fileloc,
@@ -119,4 +120,5 @@ def _queue_one(
         triggering_asset_events=(
             triggering_events(session, run.id) if run.run_type == RunType.ASSET_TRIGGERED else {}
         ),
+        next_method=ti.next_method, next_kwargs=ti.next_kwargs,
     )  # fmt: skip

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from spawnflow.comms.states import DagRunState, RunType, TaskState
 from spawnflow.models.dag import DagModel, SerializedDagModel
 from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import decisions
 from spawnflow.processors.scheduler.timetable import next_interval
 from spawnflow.sdk import serialize
@@ -288,6 +289,7 @@ def fail_stale_tasks(
     for ti in stale:
         if ti.state == TaskState.RESTARTING:
             ti.state, ti.task_pid = TaskState.NONE, None
+            end_deferral(ti)
             continue
         reason = f"no heartbeat for {timeout:g} seconds: its supervisor is gone"
         fail(ti, now, reason, retry_delay(session, bag, ti))
@@ -310,3 +312,23 @@ def fail(ti: TaskInstance, now: dt.datetime, reason: str, retry_delay: float = 0
     else:
         ti.state = TaskState.FAILED
     ti.reason, ti.end_date = reason, now
+    end_deferral(ti)
+
+
+def fail_timed_out_deferrals(session: Session, bag: DagBag, now: dt.datetime,
+                             only: set[int] | None) -> list[TaskInstance]:  # fmt: skip
+    """Deferred task instances whose trigger did not fire within its timeout: their try
+    fails (or is retried) with a reason that says so."""
+    query = select(TaskInstance).where(
+        TaskInstance.state == TaskState.DEFERRED, TaskInstance.trigger_timeout < now
+    )
+    if only is not None:
+        query = query.where(TaskInstance.dag_run_id.in_(only))
+    late = session.scalars(query.with_for_update(skip_locked=True)).all()
+    for ti in late:
+        ended = aware(ti.trigger_timeout)
+        assert ended is not None  # the query asked for one
+        reason = (f"the trigger did not fire within the deferral's timeout, which passed at "
+                  f"{ended:%Y-%m-%d %H:%M:%S} UTC")  # fmt: skip
+        fail(ti, now, reason, retry_delay(session, bag, ti))
+    return list(late)

@@ -20,10 +20,12 @@ from sqlalchemy import CursorResult, exc, update
 
 from spawnflow.bootstrap import logs, orm, outage, wire
 from spawnflow.bootstrap import settings as settings_module
+from spawnflow.comms.state import REQUESTS as STATE_REQUESTS
 from spawnflow.comms.states import TaskState
-from spawnflow.comms.tasks import Workload
+from spawnflow.comms.tasks import Deferral, Workload
 from spawnflow.models import asset_events
 from spawnflow.models.run import TaskInstance
+from spawnflow.models.triggers import NO_DEFERRAL, Trigger, answer_state_request, end_deferral
 from spawnflow.processors.worker.xcoms import answer_lookup
 
 T = TypeVar("T")
@@ -55,6 +57,11 @@ class TryRecorder:
         """How the try ended; the state recorded, or None if it was not ours any more."""
         return state
 
+    def defer(self, deferral: Deferral) -> str | None:
+        """The task handed its waiting to a trigger; ``deferred``, or None if the try
+        was not ours any more."""
+        return TaskState.DEFERRED
+
     def release(self) -> str:
         """After an outside change stopped the task; the state it is left in."""
         return TaskState.NONE
@@ -68,8 +75,23 @@ class TryRecorder:
         return ()
 
     def answer(self, request: wire.Request) -> wire.Response:
-        """Answer a lookup of the task process or its XCom helper (Variables, Connections)."""
+        """Answer a lookup of the task process or its XCom helper (Variables, Connections)
+        and the task's state store requests."""
+        if isinstance(request, STATE_REQUESTS):
+            return self.answer_state(request)
         return answer_lookup(request)
+
+    def answer_state(self, request: wire.Request) -> wire.Response:
+        """A state store request of the task: its task instance's rows."""
+        limit = settings_module.current().core.max_xcom_size
+        with orm.session_scope() as session:
+            return answer_state_request(
+                session, request, task_instance_id=self.state_owner(), max_size=limit
+            )
+
+    def state_owner(self) -> int:
+        """The task instance whose state store the task uses."""
+        raise NotImplementedError
 
 
 class DatabaseRecorder(TryRecorder):
@@ -95,7 +117,9 @@ class DatabaseRecorder(TryRecorder):
                 return TaskState.NONE
             if self._wrote_last(ti, TaskState.RUNNING):
                 return None  # our own write committed, but its answer was lost in an outage
-            if ti.state != TaskState.QUEUED or ti.try_number + 1 != workload.try_number:
+            # A deferred try resumes in the same try; any other starts the next one.
+            resumes = workload.next_method is not None
+            if ti.state != TaskState.QUEUED or ti.try_number + (not resumes) != workload.try_number:
                 return ti.state
             now = utcnow()
             ti.state = TaskState.RUNNING
@@ -122,6 +146,7 @@ class DatabaseRecorder(TryRecorder):
                 state = TaskState.UP_FOR_RETRY
                 ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_delay)
             ti.state, ti.reason, ti.end_date = state, reason, now
+            end_deferral(ti)  # a resumed try ended: the next one starts from the beginning
             workload = self.workload
             if state == TaskState.SUCCESS:  # its outlets were updated: in this transaction
                 for uri in workload.outlets:
@@ -133,6 +158,35 @@ class DatabaseRecorder(TryRecorder):
             ti.duration = (now - _aware(ti.start_date)).total_seconds() if ti.start_date else None
             ti.task_pid = None
         return state
+
+    def _defer(self, deferral: Deferral) -> str | None:
+        """Mark the task instance deferred, waiting for a new trigger row."""
+        now = utcnow()
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, self.workload.ti_id, with_for_update=True)
+            if ti is not None and self._wrote_last(ti, TaskState.DEFERRED):
+                return ti.state  # our own write committed, but its answer was lost
+            if (
+                ti is None or ti.state != TaskState.RUNNING
+                or ti.try_number != self.workload.try_number
+            ):  # fmt: skip
+                self._state_seen = ti.state if ti else TaskState.NONE  # changed meanwhile
+                return None
+            trigger = Trigger(classpath=deferral.classpath, kwargs=deferral.trigger_kwargs)
+            session.add(trigger)
+            session.flush()
+            ti.state, ti.trigger_id = TaskState.DEFERRED, trigger.id
+            ti.task_pid, ti.reason = None, None
+            ti.next_method, ti.next_kwargs = deferral.method_name, deferral.next_kwargs
+            timeout = deferral.timeout
+            ti.trigger_timeout = None if timeout is None else now + dt.timedelta(seconds=timeout)
+        return TaskState.DEFERRED
+
+    def defer(self, deferral: Deferral) -> str | None:
+        return self._ride_out(lambda: self._defer(deferral), "recording the deferral")
+
+    def state_owner(self) -> int:
+        return self.workload.ti_id
 
     def state_now(self) -> str:
         return self._state_seen
@@ -178,7 +232,7 @@ class DatabaseRecorder(TryRecorder):
             session.execute(
                 update(TaskInstance)
                 .where(*self.this_try(TaskState.RESTARTING))
-                .values(state=TaskState.NONE, task_pid=None, end_date=utcnow())
+                .values(state=TaskState.NONE, task_pid=None, end_date=utcnow(), **NO_DEFERRAL)
             )
             ti = session.get(TaskInstance, self.workload.ti_id)
             return ti.state if ti else TaskState.NONE

@@ -30,7 +30,7 @@ from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
 from spawnflow.comms.states import ErrorKind, TaskState
-from spawnflow.comms.tasks import TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.comms.tasks import Deferral, TaskOutcome, Workload, XComPull, XComPush
 from spawnflow.processors.worker.attempt_log import AttemptLog
 from spawnflow.processors.worker.recording import DatabaseRecorder, TryRecorder
 from spawnflow.processors.worker.xcoms import XComService, database_error
@@ -75,6 +75,8 @@ class TaskSupervisor:
         #: How to route XCom calls, as the executor checked it at start-up.
         self.xcom_backend = xcom_backend or _assumed_backend(settings)
         self.reason: str | None = None
+        #: What the try deferred to, if it did.
+        self.deferral: Deferral | None = None
         self.xcom_service: XComService | None = None
         #: Services the task process and its XCom helper, and runs the heartbeat.
         self.watch = Watch(liveness_interval=LIVENESS_INTERVAL)
@@ -98,6 +100,8 @@ class TaskSupervisor:
             attempt.event("stopped: the task instance was changed from outside", level="warning")
             attempt.close()
             return self.recorder.release()
+        if why is None and outcome is not None and outcome.deferral is not None:
+            return self._defer(outcome, attempt)
         if why is not None:
             state, reason = TaskState.FAILED, why
         elif outcome is not None and outcome.state == TaskState.SUCCESS:
@@ -108,6 +112,18 @@ class TaskSupervisor:
             state = TaskState.FAILED
             reason = f"the task process {status.describe(meaning=False)} before reporting"
         return self._finish(state, reason, attempt)
+
+    def _defer(self, outcome: TaskOutcome, attempt: AttemptLog) -> str:
+        """The task deferred: record its trigger; the worker is free at once."""
+        deferral = outcome.deferral
+        assert deferral is not None  # only a deferring outcome comes here
+        recorded = self.recorder.defer(deferral)
+        if recorded is not None:
+            attempt.event("deferral recorded; the worker is free", trigger=deferral.classpath,
+                          resumes_at=deferral.method_name, timeout=deferral.timeout)  # fmt: skip
+        attempt.close()
+        self.deferral = deferral
+        return recorded or self.recorder.state_now()
 
     def _finish(self, state: str, reason: str | None, attempt: AttemptLog) -> str:
         """Record how the try ended (a failure with tries left becomes up_for_retry)."""

@@ -1,0 +1,202 @@
+"""Deferred tasks through the scheduler, the triggerer and its trigger runner, under each
+start method, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from spawnflow.comms.states import TaskState
+from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+from spawnflow.processors.scheduler.job import Scheduler
+from tests.scheduler import harness
+from tests.scheduler.test_runs import _xcom
+from tests.triggerer.harness import (
+    log_events,
+    marks_of,
+    start_triggerer,
+    task_instance,
+    trigger_rows,
+    wait_for,
+    write_dags,
+)
+
+pytestmark = pytest.mark.process
+
+
+@pytest.fixture
+def deferring(start_method, make_settings, tmp_path, deferral_url):
+    """Settings, Dags and a fresh database; the triggerer tests' paths."""
+    return set_up(start_method, make_settings, tmp_path, deferral_url)
+
+
+def set_up(start_method, make_settings, tmp_path, url, **extra):
+    from spawnflow.models import schema
+
+    gates, marks = tmp_path / "gates", tmp_path / "marks"
+    write_dags(tmp_path / "dags", gates, marks)
+    settings = make_settings(**{
+        "database.url": url, "core.dags_folder": str(tmp_path / "dags"),
+        "core.load_examples": "false", "core.mp_start_method": start_method,
+        "core.stop_grace_period": "2", "executor.parallelism": "1",
+        "executor.heartbeat_interval": "0.2", "scheduler.loop_interval": "0.1",
+        "triggerer.poll_interval": "0.1", "triggerer.heartbeat_timeout": "3", **extra,
+    })  # fmt: skip
+    schema.reset(url)
+    summary = DagFileProcessorManager(settings).run(once=True)[0]
+    assert summary.errors == {}, summary.errors
+    return settings, gates, marks
+
+
+def schedule_until(settings, run_ids: set[int] | None, condition, on_loop=None, seconds=150):
+    check = harness.deadline(seconds)
+    Scheduler(settings, only_runs=run_ids, on_loop=on_loop).run(
+        until=lambda: check() or condition()
+    )
+
+
+def test_a_deferred_task_frees_its_worker_and_resumes_with_the_event(deferring):
+    settings, _, marks = deferring
+    waiting = harness.trigger("waits_for_a_gate")
+    opener: list[int] = []
+    triggerer = start_triggerer(settings)
+
+    def open_the_gate_once_it_waits(_summary) -> None:
+        # One worker only: the second Dag can run only if the deferred task let go of it.
+        if not opener and task_instance(waiting, "waits").state == TaskState.DEFERRED:
+            opener.append(harness.trigger("opens_the_gate"))
+
+    try:
+        schedule_until(settings, None, lambda: harness.finished(waiting),
+                       on_loop=open_the_gate_once_it_waits)  # fmt: skip
+    finally:
+        triggerer.stop(grace=5)
+
+    waits = task_instance(waiting, "waits")
+    assert (waits.state, waits.try_number) == ("success", 1), waits.reason
+    assert harness.run_state(opener[0]) == "success"
+    assert _xcom(waiting, "waits") == {"path": "open", "note": "kept"}
+    assert len(marks_of(marks, "waits-started")) == 1  # the task ran once, then resumed
+    assert [line.split()[1] for line in marks_of(marks, "waits-resumed")] == ["1"]
+    assert trigger_rows() == []  # the fired trigger is gone
+
+
+def test_a_trigger_that_does_not_fire_in_time_fails_the_try_saying_so(deferring):
+    settings, _, _ = deferring
+    run_id = harness.trigger("times_out")
+    triggerer = start_triggerer(settings)
+    try:
+        schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+    finally:
+        triggerer.stop(grace=5)
+
+    never = task_instance(run_id, "never")
+    assert never.state == "failed"
+    assert never.reason.startswith("the trigger did not fire within the deferral's timeout")
+    assert never.next_method is None  # a retry would start from the beginning
+
+
+def test_a_trigger_that_raises_fails_its_task_with_the_error(deferring):
+    settings, _, _ = deferring
+    run_id = harness.trigger("trigger_fails")
+    triggerer = start_triggerer(settings)
+    try:
+        schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+    finally:
+        triggerer.stop(grace=5)
+
+    broken = task_instance(run_id, "broken")
+    assert (broken.state, broken.reason) == (
+        "failed",
+        "its trigger failed: RuntimeError: the trigger broke on purpose",
+    )
+
+
+def test_a_killed_triggerer_is_taken_over_and_the_task_resumes_once(deferring):
+    settings, gates, marks = deferring
+    run_id = harness.trigger("waits_for_a_gate")
+    runner_log = settings.logging.base_log_folder / "trigger-runner.log"
+    first = start_triggerer(settings)
+
+    def runners_running_it() -> list[int]:
+        return [
+            e["pid"]
+            for e in log_events(runner_log)
+            if e.get("event") == "trigger started" and e["owner"].startswith("task")
+        ]
+
+    try:
+        schedule_until(settings, {run_id}, lambda: bool(runners_running_it()))  # mid-trigger now
+        (runner,) = runners_running_it()
+        held_by = trigger_rows()[0].triggerer_id
+        psutil.Process(first.pid).kill()  # its runner dies with it
+        first.join(timeout=30)
+        second = start_triggerer(settings)
+        try:
+            # Taken over once the first one's heartbeat is [triggerer] heartbeat_timeout old.
+            wait_for(lambda: trigger_rows()[0].triggerer_id not in (None, held_by),
+                     "the second triggerer claiming the trigger")  # fmt: skip
+            (gates / "open").write_text("")
+            schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+        finally:
+            second.stop(grace=5)
+    finally:
+        first.stop(grace=0)
+
+    waits = task_instance(run_id, "waits")
+    assert (waits.state, waits.try_number) == ("success", 1), waits.reason
+    assert len(marks_of(marks, "waits-started")) == 1
+    assert len(marks_of(marks, "waits-resumed")) == 1
+    assert wait_for_gone(runner)  # the first runner died with its triggerer
+
+
+def wait_for_gone(pid: int) -> bool:
+    from tests.process.test_stop import gone
+
+    return gone(pid)
+
+
+def test_the_watchdog_names_a_trigger_that_blocks_the_loop(deferring):
+    settings, _, _ = deferring
+    run_id = harness.trigger("blocks_the_loop")
+    triggerer = start_triggerer(settings)
+    try:
+        schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+    finally:
+        triggerer.stop(grace=5)
+
+    assert task_instance(run_id, "sleepy").state == "success"
+    log = settings.logging.base_log_folder / "trigger-runner.log"
+    stalls = [e for e in log_events(log) if e.get("event") == "event loop blocked"]
+    assert stalls, "the watchdog logged no stall"
+    assert stalls[0]["level"] == "warning"
+    assert stalls[0]["seconds"] >= settings.triggerer.blocked_main_thread_warning_threshold
+    assert any("(SleepyTrigger) for task blocks_the_loop.sleepy" in name
+               for stall in stalls for name in stall["culprits"])  # fmt: skip
+
+
+def test_task_state_survives_a_retry(deferring):
+    settings, _, _ = deferring
+    run_id = harness.trigger("remembers_across_tries")
+    schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+
+    counts = task_instance(run_id, "counts")
+    assert (counts.state, counts.try_number) == ("success", 2), counts.reason
+    assert _xcom(run_id, "counts") == [1, 2]
+
+
+def test_a_deferrable_sensor_waits_on_the_triggerer(deferring):
+    settings, gates, _ = deferring
+    run_id = harness.trigger("senses_a_file")
+    triggerer = start_triggerer(settings)
+
+    def open_once_deferred(_summary) -> None:
+        if task_instance(run_id, "sensor").state == TaskState.DEFERRED:
+            (gates / "sensed").write_text("")
+
+    try:
+        schedule_until(settings, {run_id}, lambda: harness.finished(run_id),
+                       on_loop=open_once_deferred)  # fmt: skip
+    finally:
+        triggerer.stop(grace=5)
+    assert task_instance(run_id, "sensor").state == "success"
