@@ -24,6 +24,7 @@ from spawnflow.comms import state as state_messages
 from spawnflow.comms.states import TaskState
 from spawnflow.comms.tasks import Deferral, TaskOutcome, Workload, XComPull, XComPush
 from spawnflow.sdk import loading, runtime, state, xcom
+from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
 
@@ -137,8 +138,7 @@ def _deferral(deferred: TaskDeferred, workload: Workload) -> Deferral:
     """What the supervisor records of a deferral; TaskFailed if the triggerer could not
     build the trigger again."""
     classpath, trigger_kwargs = deferred.trigger.serialize()
-    module = classpath.rpartition(".")[0]
-    if module.startswith(loading.DAG_FILE_MODULE_PREFIX) or module in ("", "__main__"):
+    if defined_in_dag_file(classpath):
         raise TaskFailed(
             f"the trigger class {classpath_of(deferred.trigger).rsplit('.', 1)[-1]} is defined "
             "in the Dag file, which the triggerer does not import: put it in a module of its "

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from spawnflow.sdk.names import defined_in_dag_file
+
 URI_MAX = 1500
 NAME_MAX = 1500
 GROUP_MAX = 250
@@ -284,13 +286,11 @@ def watcher_refs(asset: Asset) -> list[WatcherRef]:
     """The Asset's watchers as a serialized Dag keeps them; ValueError for a trigger the
     triggerer could not build again."""
     from spawnflow.sdk import xcom
-    from spawnflow.sdk.loading import DAG_FILE_MODULE_PREFIX
 
     refs = []
     for watcher in asset.watchers:
         classpath, kwargs = watcher.trigger.serialize()
-        module = classpath.rpartition(".")[0]
-        if module.startswith(DAG_FILE_MODULE_PREFIX) or module in ("", "__main__"):
+        if defined_in_dag_file(classpath):
             raise ValueError(
                 f"the trigger of asset watcher {watcher.name!r} is a class defined in the Dag "
                 "file, which the triggerer does not import: put it in a module of its own "

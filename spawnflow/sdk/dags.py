@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from spawnflow.sdk import building
 from spawnflow.sdk import schedule as schedules
 from spawnflow.sdk.assets import Asset, assets_in
+from spawnflow.sdk.names import check_id
 from spawnflow.sdk.partitions import CustomMapper
-from spawnflow.sdk.tasks import DagDefinitionError, Task, check_id
+from spawnflow.sdk.tasks import DagDefinitionError, Task
 
 if TYPE_CHECKING:
     from types import FrameType

@@ -9,10 +9,8 @@ from pathlib import Path
 
 from spawnflow.sdk import building
 from spawnflow.sdk import dags as dag_registry
+from spawnflow.sdk.names import DAG_FILE_MODULE_PREFIX
 from spawnflow.sdk.tasks import DagDefinitionError
-
-#: The name of a Dag file's module starts with this (the rest is a hash of its path).
-DAG_FILE_MODULE_PREFIX = "spawnflow_dagfile_"
 
 
 def prepare_path(path: str, dags_folder: str | None) -> None:

@@ -40,6 +40,7 @@ from spawnflow.comms.state import (
     StateReplaced,
     StateValue,
 )
+from spawnflow.sdk.names import check_id
 
 if TYPE_CHECKING:
     from spawnflow.bootstrap.settings import Settings
@@ -164,8 +165,6 @@ class StateStore:
         return f"<StateStore {self.scope} {'/'.join(self.owner)}>"
 
     def _ref(self, key: str, size: int = 0) -> StateRef:
-        from spawnflow.sdk.tasks import check_id
-
         return StateRef(self.scope, self.owner, check_id(key, "state key"), size)
 
     # -- sync accessors -----------------------------------------------------------------

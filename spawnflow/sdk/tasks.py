@@ -9,17 +9,16 @@ to another task creates the dependency and, at run time, pulls the value.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from spawnflow.sdk.assets import Asset
+from spawnflow.sdk.names import check_id
 
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
 RETURN_VALUE = "return_value"
 
 
@@ -37,15 +36,6 @@ class TriggerRule(StrEnum):
 
 class DagDefinitionError(Exception):
     """A Dag or task that cannot be built as written; the message names file, Dag and task."""
-
-
-def check_id(value: object, what: str) -> str:
-    if not isinstance(value, str) or not ID_PATTERN.match(value):
-        raise ValueError(
-            f"{what} {value!r} must be 1-250 letters, digits, '_', '-' or '.', "
-            "not starting with '-' or '.'"
-        )
-    return value
 
 
 class Task:

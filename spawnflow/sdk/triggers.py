@@ -32,6 +32,8 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from spawnflow.sdk.names import check_id
+
 if TYPE_CHECKING:
     from spawnflow.sdk.state import StateStore
 
@@ -132,8 +134,6 @@ class AssetWatcher:
     __slots__ = ("name", "trigger")
 
     def __init__(self, name: str, trigger: BaseTrigger):
-        from spawnflow.sdk.tasks import check_id
-
         self.name = check_id(name, "asset watcher name")
         if not isinstance(trigger, BaseTrigger):
             raise TypeError(f"asset watcher {name!r} needs a trigger, not {trigger!r}")
