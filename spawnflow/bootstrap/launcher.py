@@ -182,7 +182,7 @@ def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
         daemon=False,
     )
     try:
-        with platform.launching():
+        with platform.launching(method):
             process.start()
         platform.adopt_into_own_group(process.pid)
     finally:

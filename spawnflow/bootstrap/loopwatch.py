@@ -8,8 +8,9 @@ in progress is known by name at any moment. Two observers use that:
 * a sampler on the loop (every ``interval`` seconds, 0.1 by default) reports each step
   that ran longer than ``threshold``, and a late wake-up that no step explains (a plain
   callback blocked the loop);
-* a thread reports a stall while it lasts, naming the step in progress: a call that
-  never returns (a hung native call) is reported too, though the loop never wakes.
+* a thread reports a stall that lasts (past five thresholds, and a second at least)
+  while it lasts, naming the step in progress: a call that never returns (a hung
+  native call) is reported too, though the loop never wakes.
 
 A stall is reported once: one WARNING line and one increment of the metric given
 (``triggers.blocked_main_thread``, ``tasks.blocked_main_thread``).
@@ -23,18 +24,20 @@ import time
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
-from spawnflow.bootstrap import metrics
+from spawnflow.bootstrap import logs, metrics
 
 Report = Callable[[float, list[str]], None]
 
 
 class _Step:
-    """The step of a wrapped coroutine that runs now."""
+    """The step of a wrapped coroutine that runs now (``outer``: the step of a wrapped
+    coroutine that awaits this one directly, if any)."""
 
-    __slots__ = ("name", "reported", "started")
+    __slots__ = ("name", "outer", "reported", "started")
 
-    def __init__(self, name: str):
-        self.name, self.started, self.reported = name, time.perf_counter(), False
+    def __init__(self, name: str, outer: _Step | None):
+        self.name, self.outer = name, outer
+        self.started, self.reported = time.perf_counter(), False
 
 
 class LoopWatchdog:
@@ -52,6 +55,8 @@ class LoopWatchdog:
                  interval: float = 0.1):  # fmt: skip
         self.threshold, self.metric, self.on_stall = threshold, metric, on_stall
         self.interval = interval
+        #: How long a stall lasts before the thread reports it without waiting for its end.
+        self.hang_after = max(1.0, 5 * threshold)
         #: The wrapped step running now (on the loop's thread), or None.
         self.current: _Step | None = None
         self._slow: list[tuple[str, float]] = []
@@ -79,10 +84,18 @@ class LoopWatchdog:
 
         return factory
 
+    def _step_started(self, name: str) -> _Step:
+        step = self.current = _Step(name, self.current)
+        return step
+
     def _step_ended(self, step: _Step) -> None:
         took = time.perf_counter() - step.started
-        self.current = None
+        self.current = step.outer
         if took > self.threshold and not step.reported:
+            # The innermost step that held the loop is the culprit, not those around it.
+            outer = step.outer
+            while outer is not None:
+                outer.reported, outer = True, outer.outer
             with self._lock:
                 self._slow.append((step.name, took))
 
@@ -96,9 +109,15 @@ class LoopWatchdog:
         threading.Thread(target=self._watch, name="loop-watchdog", daemon=True).start()
 
     def close(self) -> None:
+        """Stop watching; steps that held the loop since the last look are reported now
+        (a coroutine that blocked in its last step, say)."""
         self._closed.set()
         if self._handle is not None:
             self._handle.cancel()
+        with self._lock:
+            slow, self._slow = self._slow, []
+        for name, took in slow:
+            self._report(took, [name])
 
     def _sample(self) -> None:
         now = time.perf_counter()
@@ -120,21 +139,25 @@ class LoopWatchdog:
             step = self.current
             with self._lock:
                 tick = self._tick
-                stalled = now - tick - self.interval > self.threshold
+                stalled = now - tick - self.interval > self.hang_after
                 if not stalled or self._thread_reported_tick == tick:
                     continue
-                if step is not None and now - step.started <= self.threshold:
+                if step is not None and now - step.started <= self.hang_after:
                     continue  # the stall began before this step: the sampler will say
                 self._thread_reported_tick = tick
-                if step is not None:
-                    step.reported = True
+                held: _Step | None = step
+                while held is not None:  # it and the steps around it: reported now
+                    held.reported, held = True, held.outer
             self._report(now - (step.started if step else tick + self.interval),
                          [step.name] if step else [])  # fmt: skip
 
     def _report(self, seconds: float, culprits: list[str]) -> None:
         self.stalls += 1
-        metrics.incr(self.metric)
-        self.on_stall(seconds, culprits)
+        try:
+            metrics.incr(self.metric)
+            self.on_stall(seconds, culprits)
+        except Exception:  # noqa: BLE001 - the watchdog outlives a sink that fails
+            logs.get_logger("spawnflow.loopwatch").exception("reporting a stall failed")
 
 
 class _Timed(Coroutine[Any, Any, Any]):
@@ -146,14 +169,14 @@ class _Timed(Coroutine[Any, Any, Any]):
         self._inner, self._name, self._watchdog = inner, name, watchdog
 
     def send(self, value: Any) -> Any:
-        step = self._watchdog.current = _Step(self._name)
+        step = self._watchdog._step_started(self._name)
         try:
             return self._inner.send(value)
         finally:
             self._watchdog._step_ended(step)
 
     def throw(self, *args: Any) -> Any:
-        step = self._watchdog.current = _Step(self._name)
+        step = self._watchdog._step_started(self._name)
         try:
             return self._inner.throw(*args)
         finally:
@@ -162,5 +185,16 @@ class _Timed(Coroutine[Any, Any, Any]):
     def close(self) -> None:
         self._inner.close()
 
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self._inner.__await__()
+    def __await__(self) -> Generator[Any, Any, Any]:
+        # Awaited directly (not as a task): drive the coroutine here, step by timed step.
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = self.throw(error) if error is not None else self.send(value)
+            except StopIteration as stop:
+                return stop.value
+            try:
+                value, error = (yield yielded), None
+            except BaseException as caught:  # noqa: BLE001 - handed on to the coroutine
+                value, error = None, caught

@@ -20,8 +20,12 @@ from tests.scheduler import harness
 
 #: A module of the Dags folder: the trigger runner imports its triggers from there.
 HELPERS = '''
-import asyncio, time
+import asyncio, threading, time
+from pathlib import Path
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 from spawnflow import BaseTrigger, TriggerEvent
+from spawnflow.xcoms.objectstorage import ObjectStorageStateBackend
 
 
 class SleepyTrigger(BaseTrigger):
@@ -50,6 +54,36 @@ class PoliteTrigger(BaseTrigger):
     async def run(self):
         await asyncio.sleep(self.seconds)
         yield TriggerEvent("waited")
+
+
+class ThreadRecordingBackend(ObjectStorageStateBackend):
+    """Object storage that notes the thread each hook runs in, beside the objects."""
+
+    def _note(self, hook):
+        folder = Path(url2pathname(urlparse(self.objects.base).path))
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "threads.txt", "a") as out:
+            out.write(f"{hook} {threading.get_ident()}\\n")
+
+    def serialize(self, text, *, ref):
+        self._note("serialize")
+        return super().serialize(text, ref=ref)
+
+    def deserialize(self, data, *, ref):
+        self._note("deserialize")
+        return super().deserialize(data, ref=ref)
+
+    def store(self, data, *, ref):
+        self._note("store")
+        return super().store(data, ref=ref)
+
+    def load(self, reference, *, ref):
+        self._note("load")
+        return super().load(reference, ref=ref)
+
+    def purge(self, reference, *, ref):
+        self._note("purge")
+        super().purge(reference, ref=ref)
 
 
 class FailingTrigger(BaseTrigger):
@@ -139,6 +173,20 @@ with Dag("remembers_across_tries"):
         return seen
 
     counts()
+
+
+with Dag("async_state"):
+    @task
+    async def uses_state(context):
+        import threading, time
+        store = context["task_state"]
+        await store.aset("k", {{"v": 1}})
+        await store.aset("k", {{"v": 2}})  # the first object is purged
+        value = await store.aget("k")
+        time.sleep(0.5)  # blocks its own loop: the watchdog says so in the try's log
+        return {{"value": value, "loop_thread": threading.get_ident()}}
+
+    uses_state()
 
 
 with Dag("senses_a_file"):

@@ -200,3 +200,31 @@ def test_a_deferrable_sensor_waits_on_the_triggerer(deferring):
     finally:
         triggerer.stop(grace=5)
     assert task_instance(run_id, "sensor").state == "success"
+
+
+def test_an_async_tasks_state_accessors_never_block_its_loop_and_a_stall_is_logged(
+    start_method, make_settings, tmp_path, deferral_url
+):
+    from tests.scheduler.test_runs import _log
+
+    state = tmp_path / "state"
+    settings, _, _ = set_up(start_method, make_settings, tmp_path, deferral_url, **{
+        "state_store.backend": "deferral_helpers:ThreadRecordingBackend",
+        "state_store.objectstorage_path": state.as_uri(),
+    })  # fmt: skip
+    run_id = harness.trigger("async_state")
+    schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
+
+    ti = task_instance(run_id, "uses_state")
+    assert ti.state == "success", ti.reason
+    result = _xcom(run_id, "uses_state")
+    assert result["value"] == {"v": 2}
+    hooks = [line.split() for line in (state / "threads.txt").read_text().splitlines()]
+    assert {hook for hook, _ in hooks} == {"serialize", "store", "load", "deserialize", "purge"}
+    assert str(result["loop_thread"]) not in {thread for _, thread in hooks}
+    assert len(list(state.rglob("k-*.json"))) == 1  # the replaced value's object is gone
+    stalls = [e for e in log_events(_log(settings, run_id, "uses_state", 1))
+              if e.get("event") == "event loop blocked"]  # fmt: skip
+    assert stalls, "the task's watchdog logged no stall"
+    assert stalls[0]["level"] == "warning"
+    assert stalls[0]["culprits"] == ["task uses_state (uses_state)"]

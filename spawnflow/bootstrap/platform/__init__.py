@@ -91,6 +91,7 @@ class Platform(msgspec.Struct, frozen=True):
         """
         if self.process_groups and sys.platform != "win32":
             _posix.lead_own_group()
+            _posix.hear_interrupts_again()  # held since launching()
 
     def shield_from_console(self) -> None:
         """Leave the console's Ctrl-C and Ctrl-Break to the top-level command (Windows).
@@ -110,12 +111,22 @@ class Platform(msgspec.Struct, frozen=True):
             _windows.ignore_console_ctrl_c()
 
     @contextmanager
-    def launching(self) -> Iterator[None]:
-        """Around the start of a child: on Windows the child is born ignoring the
-        console's Ctrl-C (see :meth:`shield_from_console`), so that one pressed while it
-        boots cannot end it before it could shield itself."""
+    def launching(self, method: str) -> Iterator[None]:
+        """Around the start of a child, so that a Ctrl-C pressed while it boots cannot end
+        it before it is out of the console's or terminal's reach: on Windows the child is
+        born ignoring the console's Ctrl-C (see :meth:`shield_from_console`); on POSIX it
+        is born deaf to SIGINT until it leads its own group (see
+        :meth:`enter_own_process_group`)."""
         if self.console_broadcast and sys.platform == "win32":
             with _windows.children_born_ignoring_ctrl_c():
+                yield
+        elif sys.platform != "win32" and self.process_groups:
+            with _posix.interrupts_held(exec_follows=method != "fork"):
+                yield
+        elif sys.platform != "win32" and self.console_broadcast:
+            # A console that broadcasts, off Windows: the OS simulation's. A SIGINT ignored
+            # from birth is what Windows' flag gives the child.
+            with _posix.interrupts_ignored():
                 yield
         else:
             yield

@@ -12,6 +12,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 if sys.platform != "win32":
@@ -25,6 +27,50 @@ if sys.platform != "win32":
             os.setpgid(0, 0)
         except PermissionError:
             pass  # a session leader cannot change its group; it already leads one
+
+    @contextmanager
+    def interrupts_held(exec_follows: bool) -> Iterator[None]:
+        """While a child starts, make it deaf to a terminal's Ctrl-C until it leads a
+        group of its own (:func:`hear_interrupts_again`): until then it is in ours, and
+        one that exec's (spawn, and the forkserver) cannot be moved out of it from here.
+
+        SIGINT is blocked in this thread, which a fork child inherits; an exec resets
+        the mask (``_posixsubprocess`` does) but keeps an ignored signal ignored, and
+        Python then installs no KeyboardInterrupt handler: with ``exec_follows`` SIGINT
+        is also ignored meanwhile, from the main thread (a few milliseconds). A Ctrl-C
+        meant for us in that time stays pending while blocked (Linux keeps a blocked
+        signal even when it is ignored) and reaches us when the block ends."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            if exec_follows:
+                with interrupts_ignored():
+                    yield
+            else:
+                yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    @contextmanager
+    def interrupts_ignored() -> Iterator[None]:
+        """SIGINT ignored while a child starts (from the main thread only: Python sets
+        handlers there): an exec'd child keeps it ignored until it takes SIGINT again."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def hear_interrupts_again() -> None:
+        """In a child that now leads its own group: forget a Ctrl-C that reached it while
+        it booted in its parent's group (its parent stops it, warm, as it should), then
+        take SIGINT again as Python does, with KeyboardInterrupt. Ignoring a signal
+        discards it while it is pending (POSIX)."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def move_to_own_group(pid: int) -> None:
         """Put child ``pid`` in a group of its own, if it still can be moved.

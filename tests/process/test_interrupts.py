@@ -1,0 +1,59 @@
+"""A terminal's (or console's) Ctrl-C that reaches a child while it boots, before it
+leads a group of its own, does not end it: its parent decides what a Ctrl-C means."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.oskit import press_ctrl_c, start_in_console
+
+pytestmark = pytest.mark.process
+
+# Run as a script. Under spawn the child runs it again as __mp_main__ while it boots,
+# still in the script's process group: there it waits until the test pressed Ctrl-C.
+SCRIPT = """
+import signal, sys, time
+from pathlib import Path
+PRESSED = Path({pressed!r})
+if __name__ == "__mp_main__":
+    while not PRESSED.exists():
+        time.sleep(0.01)
+if __name__ == "__main__":
+    from spawnflow.bootstrap import settings
+    from spawnflow.bootstrap.launcher import ChildSpec, launch
+    interrupts = []
+    signal.signal(signal.SIGINT, lambda *_: interrupts.append(1))  # the top-level command's
+    settings.install(settings.resolve())
+    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
+                   method={method!r})
+    print("launched", child.pid, flush=True)
+    child.wait_ready(timeout=120)
+    print("ready; interrupts seen by the parent:", len(interrupts), flush=True)
+    child.stop(grace=5)
+"""
+
+
+def test_a_ctrl_c_while_a_child_boots_does_not_end_it(start_method, tmp_path, home):
+    pressed = tmp_path / "pressed"
+    script = tmp_path / "launch_one.py"
+    script.write_text(SCRIPT.format(pressed=str(pressed), method=start_method))
+    process = start_in_console(
+        [sys.executable, str(script)], cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None  # a pipe, as asked
+        assert process.stdout.readline().startswith("launched")
+        press_ctrl_c(process)
+        pressed.write_text("")
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.splitlines()[-1] == "ready; interrupts seen by the parent: 1"
+    assert "Traceback" not in err
