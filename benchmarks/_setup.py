@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 
@@ -17,3 +21,29 @@ def install_settings(home: Path, values: dict[str, str]):
     logs.configure("benchmark", console=True, console_level="WARNING")
     schema.reset()
     return snapshot
+
+
+def start_s3() -> tuple[subprocess.Popen, str]:
+    """moto's S3 server on a free loopback port, in a process of its own; a bucket."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="bench", aws_secret_access_key="bench")  # fmt: skip
+    ends = time.monotonic() + 60
+    while True:
+        try:
+            client.create_bucket(Bucket="bench")
+            return server, endpoint
+        except Exception:  # not listening yet
+            if time.monotonic() > ends:
+                server.kill()
+                raise
+            time.sleep(0.2)

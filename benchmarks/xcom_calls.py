@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 SIZES = {"100B": 100, "10KB": 10_000, "1MB": 1_000_000}
@@ -113,32 +111,6 @@ def measure(method: str, backend: str, calls: int, s3_endpoint: str | None) -> d
     return json.loads(results.read_text())
 
 
-def start_s3() -> tuple[subprocess.Popen, str]:
-    """moto's S3 server on a free loopback port, in a process of its own; a bucket."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="bench", aws_secret_access_key="bench")  # fmt: skip
-    ends = time.monotonic() + 60
-    while True:
-        try:
-            client.create_bucket(Bucket="bench")
-            return server, endpoint
-        except Exception:  # not listening yet
-            if time.monotonic() > ends:
-                server.kill()
-                raise
-            time.sleep(0.2)
-
-
 def stats(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, round(0.95 * len(ordered)))]
@@ -163,6 +135,8 @@ def main() -> None:
 
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
     backends = [b for b in BACKENDS if not (args.no_s3 and b == "s3")]
+    from _setup import start_s3
+
     server, endpoint = start_s3() if "s3" in backends else (None, None)
     print(f"{args.calls} pushes then {args.calls} pulls per size; times seen by the task")
     print(f"{'method':<11}{'backend':<16}{'first call':>11}" + "".join(

@@ -222,8 +222,8 @@ class StateStore:
         return await off_loop(_decode, text)
 
     async def aset(self, key: str, value: Any) -> None:
-        text = await off_loop(_encode, value, key)
-        ref = self._ref(key, len(text.encode()))
+        text, size = await off_loop(_encode_sized, value, key)
+        ref = self._ref(key, size)
         backend = await self._abackend()
         reference = None
         if not backend.keeps_values_in_database:
@@ -270,6 +270,11 @@ def _encode(value: Any, key: str) -> str:
     from spawnflow.sdk import xcom
 
     return xcom.encode(value, subject=f"state {key!r}")
+
+
+def _encode_sized(value: Any, key: str) -> tuple[str, int]:
+    text = _encode(value, key)
+    return text, len(text.encode())
 
 
 def _decode(text: str) -> Any:

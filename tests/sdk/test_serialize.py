@@ -107,3 +107,12 @@ def test_the_readme_custom_mapper_example_loads(tmp_path):
     assert daily_sales.schedule.partition_mappers == {
         "s3://sales/by-region": Custom(name="RegionDay")
     }
+
+
+def test_the_readme_deferral_example_loads(tmp_path):
+    found, error = load_readme_example("## Deferrable tasks, the triggerer", tmp_path)
+
+    assert error is None
+    [waits] = found
+    assert [t.task_id for t in waits.tasks] == ["poll_later", "orders"]
+    assert waits.task("orders").arguments["deferrable"] is True
