@@ -182,7 +182,7 @@ def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
         daemon=False,
     )
     try:
-        with platform.launching(method):
+        with platform.launching(exec_follows=startmethods.starts_by_exec(method)):
             process.start()
         platform.adopt_into_own_group(process.pid)
     finally:

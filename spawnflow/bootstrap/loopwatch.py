@@ -91,13 +91,17 @@ class LoopWatchdog:
     def _step_ended(self, step: _Step) -> None:
         took = time.perf_counter() - step.started
         self.current = step.outer
-        if took > self.threshold and not step.reported:
+        if took <= self.threshold:
+            return
+        with self._lock:  # the thread may be reporting this very step
+            if step.reported:
+                return
+            step.reported = True
             # The innermost step that held the loop is the culprit, not those around it.
             outer = step.outer
             while outer is not None:
                 outer.reported, outer = True, outer.outer
-            with self._lock:
-                self._slow.append((step.name, took))
+            self._slow.append((step.name, took))
 
     # -- observing ------------------------------------------------------------------------
 

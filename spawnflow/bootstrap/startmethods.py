@@ -142,6 +142,20 @@ def release_forkserver() -> None:
         server._forkserver_alive_fd = None
 
 
+def starts_by_exec(method: str) -> bool:
+    """Whether launching a child under ``method`` now runs a new interpreter from this
+    process: spawn always; forkserver when its server is not running yet (it is started
+    with the first child, then forks the rest); fork never."""
+    if method == "spawn":
+        return True
+    if method != "forkserver":
+        return False
+    import multiprocess.forkserver as forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    return getattr(server, "_forkserver_pid", None) is None
+
+
 def context(method: str):
     """A ``multiprocess`` context for ``method`` (never the library's default context)."""
     import multiprocess

@@ -3,6 +3,8 @@ child (role ``trigger-runner``, no database), which runs every trigger on one lo
 
 from __future__ import annotations
 
+import msgspec
+
 from spawnflow.bootstrap.wire import Message
 
 
@@ -32,7 +34,12 @@ class TriggerFired(Message, frozen=True):
     trigger_id: int
     #: The event's payload as JSON text (see ``spawnflow.sdk.xcom``).
     payload: str
+    #: Unique per event (the runner made it): an event written twice is recognised.
+    event_id: str
     partition_key: str | None = None
+    #: For an asset watcher: keys of the asset's state store to set with the event, in
+    #: the same transaction, each as JSON text.
+    state: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class TriggerEnded(Message, frozen=True):

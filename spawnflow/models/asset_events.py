@@ -59,18 +59,21 @@ def asset_for(
 def record_event(
     session: Session, asset: AssetModel, *, partition_key: str | None = None,
     extra: dict[str, Any] | None = None, source: tuple[str, str, str] | None = None,
+    trigger_event: str | None = None,
 ) -> AssetEvent:  # fmt: skip
     """Record that ``asset`` was updated, and tell every Dag scheduled on it: each gets
     a key log row on its pending run (made if it has none), which wakes the scheduler;
     a Dag whose mapper of the asset is a CustomMapper gets a PendingAssetMapping row
     instead, for the Dag processor to map.
 
-    ``source`` is the producing (dag_id, run_id, task_id), if a task produced it.
+    ``source`` is the producing (dag_id, run_id, task_id), if a task produced it;
+    ``trigger_event`` the id an asset watcher's runner gave the event.
     """
     dag_id, run_id, task_id = source or (None, None, None)
     event = AssetEvent(
         asset_id=asset.id, partition_key=partition_key, extra=json.dumps(extra or {}),
         source_dag_id=dag_id, source_run_id=run_id, source_task_id=task_id,
+        trigger_event=trigger_event,
     )  # fmt: skip
     session.add(event)
     session.flush()

@@ -109,6 +109,9 @@ class AssetEvent(Base):
     timestamp: Mapped[dt.datetime] = mapped_column(
         DateTime(timezone=True), default=utcnow, index=True
     )
+    #: The id an asset watcher's trigger runner gave the event: one written again (its
+    #: COMMIT's answer lost) is recognised and not recorded twice.
+    trigger_event: Mapped[str | None] = mapped_column(String(32), unique=True)
 
 
 class PendingAssetRun(Base):

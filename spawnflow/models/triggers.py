@@ -46,7 +46,9 @@ class Trigger(Base):
     """A trigger to run on a triggerer: its class and its keyword arguments (JSON)."""
 
     __tablename__ = "trigger"
-    __table_args__ = (UniqueConstraint("asset_id", "watcher_name"),)
+    # AUTOINCREMENT: SQLite would give a deleted trigger's id to the next one, which a
+    # runner still running the old trigger would take for its own.
+    __table_args__ = (UniqueConstraint("asset_id", "watcher_name"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     classpath: Mapped[str] = mapped_column(String(MAX_CLASSPATH))
@@ -141,11 +143,14 @@ def answer_state_request(
             session.delete(row)
         return StateReplaced(id=request.id, previous=previous)
     assert isinstance(request, SetState)
-    if request.value is not None and len(request.value.encode()) > max_size:
+    # Kept here or by a backend, a value is as large as its JSON text (the caller says how
+    # large an offloaded one was; an inline one is measured).
+    size = len(request.value.encode()) if request.value is not None else ref.size
+    if size > max_size:
         return wire.ErrorResponse(
             id=request.id, kind=ErrorKind.STATE_TOO_LARGE,
-            message=f"state {ref.key!r} is {len(request.value.encode())} bytes of JSON, more "
-            f"than [core] max_xcom_size ({max_size} bytes)",
+            message=f"state {ref.key!r} is {size} bytes of JSON, more than [core] "
+            f"max_xcom_size ({max_size} bytes)",
         )  # fmt: skip
     if row is None:
         values = {"task_instance_id": task_instance_id} if task_instance_id is not None else {

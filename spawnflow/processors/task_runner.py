@@ -122,10 +122,11 @@ def _resume(task: Task, workload: Workload) -> Any:
     name = workload.next_method
     assert name is not None  # only a resuming workload comes here
     kwargs = xcom.decode(workload.next_kwargs or "{}")
-    method = getattr(task, name, None)
-    if not callable(method) and isinstance(task, PythonTask):
+    if isinstance(task, PythonTask):  # a function of its Dag file, not a Task's own method
         module = sys.modules.get(getattr(task.python_callable, "__module__", ""))
         method = getattr(module, name, None)
+    else:
+        method = getattr(task, name, None)
     if not callable(method):
         raise TaskFailed(
             f"task {task.task_id!r} deferred to resume at {name!r}, but it has no method of "

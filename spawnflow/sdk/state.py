@@ -190,8 +190,13 @@ class StateStore:
         reference = None
         if not backend.keeps_values_in_database:
             reference = backend.store(backend.serialize(text, ref=ref), ref=ref)
-        request = _set_request(ref, text, reference)
-        self._purge(backend, self._ask(request), ref)
+        try:
+            answer = self._ask(_set_request(ref, text, reference))
+        except BaseException:
+            if reference is not None:  # refused (too large, say): what was written goes
+                backend.purge(reference, ref=ref)
+            raise
+        self._purge(backend, answer, ref)
 
     def delete(self, key: str) -> None:
         ref = self._ref(key)
@@ -229,7 +234,12 @@ class StateStore:
         if not backend.keeps_values_in_database:
             data = await backend.aserialize(text, ref=ref)
             reference = await backend.astore(data, ref=ref)
-        answer = await off_loop(self._ask, _set_request(ref, text, reference))
+        try:
+            answer = await off_loop(self._ask, _set_request(ref, text, reference))
+        except BaseException:
+            if reference is not None:  # refused (too large, say): what was written goes
+                await backend.apurge(reference, ref=ref)
+            raise
         await self._apurge(backend, answer, ref)
 
     async def adelete(self, key: str) -> None:

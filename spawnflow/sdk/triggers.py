@@ -46,12 +46,17 @@ class TriggerEvent:
             an asset watcher's event keeps it as its ``extra`` (a dict) or as
             ``{"payload": ...}``.
         partition_key: for an asset watcher, the partition the asset event is for.
+        state: for an asset watcher, keys of the asset's state store to set together
+            with the event, in one transaction: what the watcher remembers of what it
+            reported (a file it saw) is never ahead of, nor behind, what was recorded.
     """
 
-    __slots__ = ("partition_key", "payload")
+    __slots__ = ("partition_key", "payload", "state")
 
-    def __init__(self, payload: Any = None, *, partition_key: str | None = None):
+    def __init__(self, payload: Any = None, *, partition_key: str | None = None,
+                 state: dict[str, Any] | None = None):  # fmt: skip
         self.payload, self.partition_key = payload, partition_key
+        self.state = dict(state or {})
 
     def __repr__(self) -> str:
         return f"TriggerEvent({self.payload!r})"
@@ -211,8 +216,9 @@ class FileTrigger(BaseTrigger):
     ``{"path": ...}``, one event per file.
 
     It looks every ``poll_interval`` seconds, in a thread (file systems block). As an
-    asset watcher it yields each new file once, and remembers which in the asset's
-    state store, so a triggerer restart does not report a file again.
+    asset watcher it yields each new file once, and remembers which (of those still
+    there) in the asset's state store, with each event: a triggerer restart does not
+    report a file again, and one it died before recording is reported again.
     """
 
     #: The state store key of the files an asset watcher has reported.
@@ -237,12 +243,11 @@ class FileTrigger(BaseTrigger):
             seen = set(await store.aget(self.SEEN_KEY, default=[]))
         while True:
             found = await asyncio.to_thread(matching_files, self.filepath)
-            new = [path for path in found if path not in seen]
-            for path in new:
+            seen &= set(found)  # a file removed and made again is news again
+            for path in (path for path in found if path not in seen):
                 seen.add(path)
-                if store is not None:
-                    await store.aset(self.SEEN_KEY, sorted(seen))
-                yield TriggerEvent({"path": path})
+                remembered = {self.SEEN_KEY: sorted(seen)} if store is not None else {}
+                yield TriggerEvent({"path": path}, state=remembered)
             await asyncio.sleep(self.poll_interval)
 
 

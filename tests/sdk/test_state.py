@@ -133,3 +133,23 @@ def test_a_value_that_cannot_be_kept_names_the_key():
     store, _ = store_with(RecordingBackend())
     with pytest.raises(ValueError, match=r"state 'k' is a builtins\.object"):
         store.set("k", object())
+
+
+def test_an_object_written_for_a_value_the_parent_refuses_is_purged():
+    from spawnflow.sdk.runtime import SupervisorError
+
+    backend = RecordingBackend()
+
+    def refuse(make):
+        request = make(1)
+        if isinstance(request, messages.SetState):
+            raise SupervisorError("STATE_TOO_LARGE", "too large")
+        return messages.StateValue(id=1)
+
+    store = StateStore("task", ("d", "r", "t"), refuse, lambda: backend)
+    with pytest.raises(SupervisorError):
+        store.set("k", "x" * 100)
+    with pytest.raises(SupervisorError):
+        asyncio.run(store.aset("k", "y" * 100))
+    assert sorted(backend.purged) == sorted(backend.objects)  # nothing left behind
+    assert len(backend.purged) == 2

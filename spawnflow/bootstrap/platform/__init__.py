@@ -111,17 +111,18 @@ class Platform(msgspec.Struct, frozen=True):
             _windows.ignore_console_ctrl_c()
 
     @contextmanager
-    def launching(self, method: str) -> Iterator[None]:
+    def launching(self, exec_follows: bool) -> Iterator[None]:
         """Around the start of a child, so that a Ctrl-C pressed while it boots cannot end
         it before it is out of the console's or terminal's reach: on Windows the child is
         born ignoring the console's Ctrl-C (see :meth:`shield_from_console`); on POSIX it
         is born deaf to SIGINT until it leads its own group (see
-        :meth:`enter_own_process_group`)."""
+        :meth:`enter_own_process_group`). ``exec_follows``: the start runs a new
+        interpreter from this process (see ``startmethods.starts_by_exec``)."""
         if self.console_broadcast and sys.platform == "win32":
             with _windows.children_born_ignoring_ctrl_c():
                 yield
         elif sys.platform != "win32" and self.process_groups:
-            with _posix.interrupts_held(exec_follows=method != "fork"):
+            with _posix.interrupts_held(exec_follows=exec_follows):
                 yield
         elif sys.platform != "win32" and self.console_broadcast:
             # A console that broadcasts, off Windows: the OS simulation's. A SIGINT ignored

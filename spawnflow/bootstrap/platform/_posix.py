@@ -34,12 +34,17 @@ if sys.platform != "win32":
         group of its own (:func:`hear_interrupts_again`): until then it is in ours, and
         one that exec's (spawn, and the forkserver) cannot be moved out of it from here.
 
-        SIGINT is blocked in this thread, which a fork child inherits; an exec resets
-        the mask (``_posixsubprocess`` does) but keeps an ignored signal ignored, and
+        SIGINT is blocked in this thread, which a fork child inherits. A new interpreter
+        (``exec_follows``: spawn, and the forkserver's first start) is not kept deaf by
+        the mask alone: it takes a Ctrl-C while it imports (seen here: KeyboardInterrupt
+        in multiprocess's imports). An ignored signal stays ignored through an exec, and
         Python then installs no KeyboardInterrupt handler: with ``exec_follows`` SIGINT
-        is also ignored meanwhile, from the main thread (a few milliseconds). A Ctrl-C
-        meant for us in that time stays pending while blocked (Linux keeps a blocked
-        signal even when it is ignored) and reaches us when the block ends."""
+        is also ignored meanwhile, from the main thread, for the few milliseconds of the
+        start (a forkserver's first start waits for its boot). A Ctrl-C meant for us in
+        that time stays pending while blocked in this thread (Linux keeps a blocked
+        signal even when ignored) and reaches us when the block ends; one the kernel
+        gives another thread of ours, or macOS, which drops an ignored signal, is lost:
+        the second Ctrl-C then counts as the first."""
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             if exec_follows:

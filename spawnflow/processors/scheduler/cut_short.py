@@ -19,6 +19,7 @@ from spawnflow.bootstrap import logs
 from spawnflow.comms.states import JobState, TaskState
 from spawnflow.models.job import Job
 from spawnflow.models.run import TaskInstance
+from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler.runs import utcnow
 
 log = logs.get_logger("spawnflow.scheduler")
@@ -40,6 +41,7 @@ def release(session: Session, job_id: int, why: str, ti_ids: Collection[int] | N
         if ti.state == TaskState.RUNNING:
             ti.try_number -= 1  # it never got to finish: this try does not count
             ti.end_date, ti.task_pid, ti.worker_pid = now, None, None
+            end_deferral(ti)  # a resumed try too: it runs again from its start
         ti.state, ti.scheduler_job_id, ti.reason = TaskState.SCHEDULED, None, why
     job = session.get(Job, job_id)
     if job is not None and job.state == JobState.RUNNING:

@@ -18,16 +18,19 @@ import msgspec
 from sqlalchemy import delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from spawnflow.bootstrap import logs
 from spawnflow.comms.states import JobState, TaskState
+from spawnflow.comms.triggers import TriggerFired
 from spawnflow.models import asset_events
-from spawnflow.models.assets import AssetModel
-from spawnflow.models.job import Job
+from spawnflow.models.assets import AssetEvent, AssetModel
+from spawnflow.models.job import Job, utcnow
 from spawnflow.models.run import DagRun, TaskInstance
-from spawnflow.models.triggers import Trigger
+from spawnflow.models.triggers import AssetStateValue, Trigger
 from spawnflow.processors.scheduler import runs
 from spawnflow.sdk import xcom
 
 JOB_TYPE = "triggerer"
+log = logs.get_logger("spawnflow.triggerer")
 
 
 @dataclass(frozen=True)
@@ -41,12 +44,13 @@ class Assigned:
     asset_uri: str | None
 
 
-def alive_triggerers(now: dt.datetime, timeout: float) -> Any:
-    """The ids of triggerers that heartbeat within ``timeout`` (a subquery)."""
-    return select(Job.id).where(
+def alive_triggerers(session: Session, now: dt.datetime, timeout: float) -> list[int]:
+    """The ids of triggerers that heartbeat within ``timeout`` (a plain read, apart from
+    the locking one: a locking read must not lock or skip the job rows it looks at)."""
+    return list(session.scalars(select(Job.id).where(
         Job.job_type == JOB_TYPE, Job.state == JobState.RUNNING,
         Job.latest_heartbeat >= now - dt.timedelta(seconds=timeout),
-    )  # fmt: skip
+    )))  # fmt: skip
 
 
 def _waited_for(only_runs: set[int] | None) -> Any:
@@ -63,16 +67,18 @@ def _waited_for(only_runs: set[int] | None) -> Any:
 
 
 def claim(session: Session, triggerer_id: int, capacity: int, now: dt.datetime,
-          timeout: float, only_runs: set[int] | None = None) -> int:  # fmt: skip
-    """Take triggers nobody live runs, up to ``capacity`` in all; how many were taken."""
+          timeout: float, only_runs: set[int] | None = None, *,
+          take_over: bool = True) -> int:  # fmt: skip
+    """Take triggers nobody runs, and with ``take_over`` those of triggerers that are
+    gone, up to ``capacity`` in all; how many were taken."""
     held = session.scalar(select(func.count()).where(Trigger.triggerer_id == triggerer_id)) or 0
     room = capacity - held
     if room <= 0:
         return 0
-    orphaned = or_(
-        Trigger.triggerer_id.is_(None),
-        Trigger.triggerer_id.not_in(alive_triggerers(now, timeout).scalar_subquery()),
-    )
+    orphaned: Any = Trigger.triggerer_id.is_(None)
+    if take_over:
+        alive = alive_triggerers(session, now, timeout)
+        orphaned = or_(orphaned, Trigger.triggerer_id.not_in([*alive, triggerer_id]))
     ids = session.scalars(
         select(Trigger.id).where(orphaned, _waited_for(only_runs)).order_by(Trigger.id)
         .limit(room).with_for_update(skip_locked=True)
@@ -116,29 +122,23 @@ def assigned(session: Session, triggerer_id: int) -> list[Assigned]:
     return found
 
 
-def submit_event(session: Session, trigger_id: int, payload: str,
-                 partition_key: str | None) -> int:  # fmt: skip
+def submit_event(session: Session, fired: TriggerFired, triggerer_id: int,
+                 max_state_size: int) -> int:  # fmt: skip
     """What a trigger's event does: the task instances deferred on it are scheduled to
-    resume with it (the trigger is then deleted), or, for an asset watcher, the asset
-    gets an event. How many task instances or asset events it made."""
-    trigger = session.get(Trigger, trigger_id, with_for_update=True)
+    resume with it (the trigger is then deleted), or, for an asset watcher that this
+    triggerer still holds, the asset gets an event, and its state store the keys the
+    event carries, in this transaction. How many task instances or asset events it made."""
+    trigger = session.get(Trigger, fired.trigger_id, with_for_update=True)
     if trigger is None:
         return 0  # fired already (run again elsewhere), or nobody waits any more
     if trigger.asset_id is not None:
-        asset = session.get(AssetModel, trigger.asset_id)
-        if asset is None:
-            return 0
-        data = msgspec.json.decode(payload)  # JSON as written, tags and all: the event's extra
-        extra = data if isinstance(data, dict) else {"payload": data}
-        extra.setdefault("watcher", trigger.watcher_name)
-        asset_events.record_event(session, asset, partition_key=partition_key, extra=extra)
-        return 1
+        return _watcher_event(session, trigger, fired, triggerer_id, max_state_size)
     waiting = session.scalars(
         select(TaskInstance).where(
-            TaskInstance.trigger_id == trigger_id, TaskInstance.state == TaskState.DEFERRED
+            TaskInstance.trigger_id == trigger.id, TaskInstance.state == TaskState.DEFERRED
         ).with_for_update()
     ).all()  # fmt: skip
-    event = xcom.decode(payload)
+    event = xcom.decode(fired.payload)
     for ti in waiting:
         kwargs = xcom.decode(ti.next_kwargs or "{}")
         kwargs["event"] = event
@@ -146,6 +146,35 @@ def submit_event(session: Session, trigger_id: int, payload: str,
         ti.state, ti.trigger_id, ti.trigger_timeout = TaskState.SCHEDULED, None, None
     session.delete(trigger)
     return len(waiting)
+
+
+def _watcher_event(session: Session, trigger: Trigger, fired: TriggerFired,
+                   triggerer_id: int, max_state_size: int) -> int:  # fmt: skip
+    if trigger.triggerer_id != triggerer_id:
+        return 0  # taken over meanwhile: the triggerer that holds it reports it now
+    asset = session.get(AssetModel, trigger.asset_id)
+    if asset is None:
+        return 0
+    if session.scalar(select(AssetEvent.id).where(AssetEvent.trigger_event == fired.event_id)):
+        return 0  # written already: its COMMIT's answer was lost
+    data = msgspec.json.decode(fired.payload)  # JSON as written, tags and all: the extra
+    extra = data if isinstance(data, dict) else {"payload": data}
+    extra.setdefault("watcher", trigger.watcher_name)
+    asset_events.record_event(session, asset, partition_key=fired.partition_key, extra=extra,
+                              trigger_event=fired.event_id)  # fmt: skip
+    for key, text in fired.state.items():
+        if len(text.encode()) > max_state_size:
+            log.warning("asset state too large to keep; the event is recorded without it",
+                        asset=asset.uri, key=key, size=len(text.encode()))  # fmt: skip
+            continue
+        row = session.scalar(select(AssetStateValue).where(
+            AssetStateValue.asset_id == asset.id, AssetStateValue.key == key
+        ).with_for_update())  # fmt: skip
+        if row is None:
+            row = AssetStateValue(asset_id=asset.id, key=key)
+            session.add(row)
+        row.value, row.reference, row.updated_at = text, None, utcnow()
+    return 1
 
 
 def submit_failure(session: Session, bag: runs.DagBag, trigger_id: int, error: str) -> int:

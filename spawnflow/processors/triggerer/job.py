@@ -86,8 +86,8 @@ class Triggerer:
         self.loops = 0
         self.watch = Watch()
         self.runner: launcher.Child | None = None
-        #: The triggers the runner was told to run (by id).
-        self.sent: set[int] = set()
+        #: The triggers the runner was told to run: by id, what it was told to run.
+        self.sent: dict[int, tuple[str, str]] = {}
         #: Events and ends the runner reported, oldest first, not yet written.
         self.reported: list[TriggerFired | TriggerEnded] = []
         #: Asset watchers whose trigger ended: when each may run again, and its pause.
@@ -116,10 +116,23 @@ class Triggerer:
                     break
                 self.watch.wait(self.settings.triggerer.poll_interval)
         finally:
-            if self.runner is not None and self.runner.exit_status is None:
-                # Warm: the runner cancels its triggers (their clean-up runs) and leaves.
-                self.runner.stop(grace=min(self.settings.core.stop_grace_period, 10.0))
+            self._stop_runner()
             self._unregister()
+
+    def _stop_runner(self) -> None:
+        """Warm: the runner cancels its triggers (their clean-up runs) and leaves; what it
+        reported until then is read from its channel, to be written before we go."""
+        watched = next((w for w in self.watch.watched if w.child is self.runner), None)
+        if watched is None:
+            return
+        runner = watched.child
+        watched.on_exit = None  # no replacement
+        self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
+        try:
+            self.watch.until(lambda: runner.exit_status is not None, timeout=60)
+        except BaseException:  # a second stop request: at once
+            runner.stop(grace=0)
+            raise
 
     # -- one turn -------------------------------------------------------------------------
 
@@ -127,6 +140,11 @@ class Triggerer:
         self.loops += 1
         now = runs.utcnow()
         claimed = events = 0
+        timeout = self.settings.triggerer.heartbeat_timeout
+        # After an outage nobody could heartbeat: the others get a heartbeat timeout from
+        # the database's return before their triggers are taken over.
+        back_at = outage.recovered_at()
+        take_over = back_at is None or (now - back_at).total_seconds() >= timeout
         with orm.one_connection():
             with orm.session_scope() as session:
                 job = session.get(Job, self.job_id)
@@ -134,9 +152,8 @@ class Triggerer:
                     job.latest_heartbeat = now
             events = self._write_reported()
             with orm.session_scope() as session:
-                claimed = claims.claim(session, self._job(), self.capacity, now,
-                                       self.settings.triggerer.heartbeat_timeout,
-                                       self.only_runs)  # fmt: skip
+                claimed = claims.claim(session, self._job(), self.capacity, now, timeout,
+                                       self.only_runs, take_over=take_over)  # fmt: skip
             with orm.session_scope(write=False) as session:
                 held = claims.assigned(session, self._job())
             if self.loops % 10 == 1:
@@ -147,16 +164,26 @@ class Triggerer:
 
     def _write_reported(self) -> int:
         """Write what the runner reported, each in its own transaction; a report leaves
-        the list only once written (an outage keeps the rest for the next attempt)."""
+        the list only once written (an outage keeps the rest for the next attempt). One
+        the database refuses for good (not an outage) is logged and dropped: it must not
+        stop every trigger of this triggerer, again at each start."""
         written = 0
+        limit = self.settings.core.max_xcom_size
         while self.reported:
             report = self.reported[0]
-            with orm.session_scope() as session:
-                if isinstance(report, TriggerFired):
-                    written += claims.submit_event(session, report.trigger_id, report.payload,
-                                                   report.partition_key)  # fmt: skip
-                elif report.error is not None:
-                    claims.submit_failure(session, self._bag, report.trigger_id, report.error)
+            try:
+                with orm.session_scope() as session:
+                    if isinstance(report, TriggerFired):
+                        written += claims.submit_event(session, report, self._job(), limit)
+                    elif report.error is not None:
+                        claims.submit_failure(session, self._bag, report.trigger_id,
+                                              report.error)  # fmt: skip
+            except exc.SQLAlchemyError as error:
+                if outage.is_transient(error):
+                    raise
+                why = str(getattr(error, "orig", None) or error)
+                log.error("a trigger's report could not be written; dropped",
+                          trigger_id=report.trigger_id, error=why)  # fmt: skip
             self.reported.pop(0)
         return written
 
@@ -166,18 +193,22 @@ class Triggerer:
         if runner is None or runner.ready is None or runner.exit_status is not None:
             return  # the triggers go to the next runner, once it is ready
         wanted = {assigned.trigger_id: assigned for assigned in held}
-        for trigger_id in sorted(self.sent - set(wanted)):
+        for trigger_id in sorted(set(self.sent) - set(wanted)):
             self._send(CancelTrigger(trigger_id=trigger_id))
-            self.sent.discard(trigger_id)
+            del self.sent[trigger_id]
         now = time.monotonic()
         for trigger_id, assigned in wanted.items():
-            if trigger_id in self.sent or self._restart.get(trigger_id, (0.0, 0.0))[0] > now:
-                continue
+            what = (assigned.classpath, assigned.kwargs)
+            if self.sent.get(trigger_id) == what:
+                continue  # runs as it should
+            if self._restart.get(trigger_id, (0.0, 0.0))[0] > now:
+                continue  # ended a moment ago: runs again after a pause
+            # New, or changed (a RunTrigger replaces the one the runner has).
             self._send(RunTrigger(
                 trigger_id=trigger_id, classpath=assigned.classpath, kwargs=assigned.kwargs,
                 owner=assigned.owner, asset_uri=assigned.asset_uri,
             ))  # fmt: skip
-            self.sent.add(trigger_id)
+            self.sent[trigger_id] = what
 
     def _send(self, message: wire.Message) -> None:
         assert self.runner is not None  # _sync checked
@@ -220,7 +251,7 @@ class Triggerer:
 
     def _ended(self, message: TriggerEnded) -> None:
         """A trigger's run() ended; a watcher's runs again after a pause."""
-        self.sent.discard(message.trigger_id)
+        self.sent.pop(message.trigger_id, None)
         _, pause = self._restart.get(message.trigger_id, (0.0, WATCHER_RESTART_DELAY / 2))
         pause = min(60.0, pause * 2)
         self._restart[message.trigger_id] = (time.monotonic() + pause, pause)

@@ -22,6 +22,7 @@ import functools
 import queue
 import sys
 import threading
+import uuid
 from typing import Any
 
 from spawnflow.bootstrap import lifecycle, logs, wire
@@ -30,7 +31,8 @@ from spawnflow.bootstrap.loopwatch import LoopWatchdog
 from spawnflow.comms import state as state_messages
 from spawnflow.comms.triggers import CancelTrigger, RunTrigger, TriggerEnded, TriggerFired
 from spawnflow.sdk import runtime, state, xcom
-from spawnflow.sdk.triggers import load_trigger
+from spawnflow.sdk.partitions import MAX_PARTITION_KEY_LENGTH as MAX_KEY
+from spawnflow.sdk.triggers import TriggerEvent, load_trigger
 
 log = logs.get_logger("spawnflow.trigger_runner")
 
@@ -154,10 +156,11 @@ class TriggerRunner:
             stream = trigger.run()
             try:
                 async for event in stream:
-                    payload = xcom.encode(event.payload, subject=f"an event of {spec.classpath}")
+                    fired = await asyncio.to_thread(_fired, spec, event)
+                    if fired is None:
+                        continue  # said why in the log
                     events += 1
-                    self.send(TriggerFired(trigger_id=spec.trigger_id, payload=payload,
-                                           partition_key=event.partition_key))  # fmt: skip
+                    self.send(fired)
                     if spec.asset_uri is None:
                         break  # a task's trigger has done its work: the task resumes
             finally:
@@ -184,6 +187,29 @@ class TriggerRunner:
         named = culprits or ["something other than a trigger (a callback)"]
         log.warning("event loop blocked", seconds=round(seconds, 3),
                     threshold=self.watchdog.threshold, culprits=named)  # fmt: skip
+
+
+def _fired(spec: RunTrigger, event: Any) -> TriggerFired | None:
+    """The message for one event (in a worker thread: JSON of a large payload takes a
+    while); None, logged, for an event the triggerer could not record."""
+    where = f"an event of {spec.classpath}"
+    try:
+        if not isinstance(event, TriggerEvent):
+            raise ValueError(f"{where} is a {type(event).__name__}, not a TriggerEvent")
+        key = event.partition_key
+        if key is not None and not (isinstance(key, str) and 1 <= len(key) <= MAX_KEY):
+            raise ValueError(f"{where} has partition key {key!r}: not 1-{MAX_KEY} characters")
+        state = {}
+        if spec.asset_uri is not None:  # a task's trigger has no asset state to set
+            state = {name: xcom.encode(value, subject=f"state {name!r} of {where}")
+                     for name, value in event.state.items()}  # fmt: skip
+        payload = xcom.encode(event.payload, subject=where)
+    except (ValueError, TypeError) as error:
+        log.error("trigger event dropped", trigger_id=spec.trigger_id, owner=spec.owner,
+                  error=str(error))  # fmt: skip
+        return None
+    return TriggerFired(trigger_id=spec.trigger_id, payload=payload, event_id=uuid.uuid4().hex,
+                        partition_key=key, state=state)  # fmt: skip
 
 
 def _trigger_name(spec: RunTrigger) -> str:

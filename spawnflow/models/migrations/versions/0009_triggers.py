@@ -56,6 +56,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "asset_id", "watcher_name", name=op.f("uq_trigger_asset_id_watcher_name")
         ),
+        sqlite_autoincrement=True,  # ids are never given again (see models.triggers)
     )
     op.create_index(op.f("ix_trigger_triggerer_id"), "trigger", ["triggerer_id"])
     op.create_table(
@@ -81,6 +82,9 @@ def upgrade() -> None:
     )
     _state_table("task_state", "task_instance_id", "task_instance")
     _state_table("asset_state", "asset_id", "asset")
+    with op.batch_alter_table("asset_event") as batch:
+        batch.add_column(sa.Column("trigger_event", sa.String(32), nullable=True))
+        batch.create_unique_constraint(op.f("uq_asset_event_trigger_event"), ["trigger_event"])
     with op.batch_alter_table("task_instance") as batch:
         batch.add_column(sa.Column("trigger_id", sa.Integer(), nullable=True))
         batch.add_column(sa.Column("next_method", sa.String(250), nullable=True))
@@ -94,6 +98,9 @@ def downgrade() -> None:
         batch.drop_index(op.f("ix_task_instance_trigger_id"))
         for column in ("trigger_timeout", "next_kwargs", "next_method", "trigger_id"):
             batch.drop_column(column)
+    with op.batch_alter_table("asset_event") as batch:
+        batch.drop_constraint(op.f("uq_asset_event_trigger_event"), type_="unique")
+        batch.drop_column("trigger_event")
     op.drop_table("dag_asset_watcher")
     op.drop_table("asset_state")
     op.drop_table("task_state")
