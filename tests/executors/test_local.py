@@ -53,3 +53,35 @@ def test_a_worker_that_ends_is_replaced(start_method, make_settings):
         assert executor.events() == []  # it ran nothing: nothing was lost
     finally:
         executor.end(grace=5)
+
+
+def test_a_task_end_counts_only_under_the_id_of_the_request_that_started_it(
+    start_method, make_settings, monkeypatch, caplog
+):
+    import datetime as dt
+
+    from spawnflow.comms.tasks import Workload
+    from spawnflow.executors import TaskEnded
+
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:answer_a_wrong_id_first")
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    now = dt.datetime.now(dt.UTC)
+    workload = Workload(
+        ti_id=7, dag_id="d", run_id="r", task_id="t", try_number=1, dag_file="/d.py",
+        dags_folder=None, logical_date=now, data_interval_start=None, data_interval_end=None,
+        conf={}, params={}, execution_timeout=None, retry_delay=0.0, log_file="/dev/null",
+    )  # fmt: skip
+    ended = []
+    try:
+        with caplog.at_level("WARNING"):
+            executor.queue(workload)
+            assert executor.watch.until(lambda: bool(ended.extend(executor.events()) or ended),
+                                        timeout=120)  # fmt: skip
+    finally:
+        executor.end(grace=5)
+    assert ended == [TaskEnded(7, "success")]  # the answer under its own id, only
+    assert any(isinstance(r.msg, dict) and r.msg.get("event") ==
+               "worker answered a request it was not running" for r in caplog.records)  # fmt: skip

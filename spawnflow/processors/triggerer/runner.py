@@ -161,6 +161,7 @@ class TriggerRunner:
                         continue  # said why in the log
                     events += 1
                     self.send(fired)
+                    log.info("trigger fired", trigger_id=spec.trigger_id, owner=spec.owner)
                     if spec.asset_uri is None:
                         break  # a task's trigger has done its work: the task resumes
             finally:
