@@ -1,6 +1,7 @@
 """The event loop watchdog: stalls are reported once, naming the coroutine that held
 the loop; no timing budget decides a test: a stall is made far longer than the
-threshold, and a test asserts that it was seen, never that nothing else was."""
+threshold, and a test asserts that it was seen, never that nothing else was (steps are
+timed in wall time: on a busy machine a process left without the CPU stalls too)."""
 
 from __future__ import annotations
 
@@ -60,9 +61,8 @@ def test_a_coroutine_that_blocks_is_named_with_how_long_it_held_the_loop():
 
     stalls = watched(main)
     named = [(seconds, names) for seconds, names in stalls if names == ["blocker"]]
-    assert len(named) == 1  # reported once, by the thread or the sampler
+    assert len(named) == 1  # reported once, by the thread or the sampler (unnamed ones: load)
     assert named[0][0] >= 0.3 - 0.01
-    assert not any("polite" in names for _, names in stalls)
     assert metrics.total("tests.blocked") >= before + 1
 
 
@@ -114,8 +114,9 @@ def test_a_stall_that_does_not_end_is_reported_while_it_lasts():
             watchdog.close()
 
     asyncio.run(run())
-    assert stalls[0] == ["hangs"]
-    assert watchdog.stalls == 1  # the sampler does not report it again once it ended
+    # Reported once, while it lasted; the sampler does not report it again once it ended
+    # (a busy machine may add stalls nobody caused: they have no name).
+    assert stalls.count(["hangs"]) == 1
 
 
 def test_a_stall_in_a_coroutines_last_step_is_reported_when_the_watch_closes():
@@ -133,4 +134,4 @@ def test_a_stall_in_a_coroutines_last_step_is_reported_when_the_watch_closes():
         watchdog.close()  # before the sampler's next look
 
     asyncio.run(run())
-    assert stalls == [["last"]]
+    assert stalls.count(["last"]) == 1

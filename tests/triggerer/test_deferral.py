@@ -168,11 +168,12 @@ def test_the_watchdog_names_a_trigger_that_blocks_the_loop(deferring):
     assert task_instance(run_id, "sleepy").state == "success"
     log = settings.logging.base_log_folder / "trigger-runner.log"
     stalls = [e for e in log_events(log) if e.get("event") == "event loop blocked"]
-    assert stalls, "the watchdog logged no stall"
-    assert stalls[0]["level"] == "warning"
-    assert stalls[0]["seconds"] >= settings.triggerer.blocked_main_thread_warning_threshold
-    assert any("(SleepyTrigger) for task blocks_the_loop.sleepy" in name
-               for stall in stalls for name in stall["culprits"])  # fmt: skip
+    # A busy machine may add stalls nobody caused; the trigger's is among them, by name.
+    culprit = "(SleepyTrigger) for task blocks_the_loop.sleepy"
+    named = [s for s in stalls if any(culprit in name for name in s["culprits"])]
+    assert named, f"the watchdog did not name the trigger: {stalls}"
+    assert named[0]["level"] == "warning"
+    assert named[0]["seconds"] >= 0.5
 
 
 def test_task_state_survives_a_retry(deferring):
@@ -225,6 +226,9 @@ def test_an_async_tasks_state_accessors_never_block_its_loop_and_a_stall_is_logg
     assert len(list(state.rglob("k-*.json"))) == 1  # the replaced value's object is gone
     stalls = [e for e in log_events(_log(settings, run_id, "uses_state", 1))
               if e.get("event") == "event loop blocked"]  # fmt: skip
-    assert stalls, "the task's watchdog logged no stall"
-    assert stalls[0]["level"] == "warning"
-    assert stalls[0]["culprits"] == ["task uses_state (uses_state)"]
+    # A busy machine may add stalls nobody caused (the process was not given the CPU):
+    # the one the task caused is among them, by name.
+    named = [s for s in stalls if s["culprits"] == ["task uses_state (uses_state)"]]
+    assert named, f"the task's watchdog did not name the task: {stalls}"
+    assert named[0]["level"] == "warning"
+    assert named[0]["seconds"] >= 0.5
