@@ -31,6 +31,7 @@ from spawnflow.models.assets import (
     PendingAssetEvent,
     PendingAssetRun,
 )
+from spawnflow.models.base import one_of
 from spawnflow.models.dag import DagModel
 from spawnflow.models.run import DagRun
 from spawnflow.processors.scheduler.runs import DagBag, aware
@@ -122,7 +123,9 @@ def evaluate_requested(
         else:
             fanout[dag_id] = (ids[-1], covered)
     if answered:
-        session.execute(delete(AssetWakeRequest).where(AssetWakeRequest.id.in_(answered)))
+        session.execute(
+            delete(AssetWakeRequest).where(one_of(session, AssetWakeRequest.id, answered))
+        )
     return created
 
 
@@ -143,7 +146,7 @@ def _oldest_requests(limit: int) -> Select:
 def _claim(session: Session, ids: Iterable[int]) -> tuple[set[int], dict[int, PendingAssetRun]]:
     """Of the pending runs ``ids``: those that exist, and those this loop now holds
     (by primary key, skipping the ones another scheduler holds)."""
-    wanted = PendingAssetRun.id.in_(list(ids))
+    wanted = one_of(session, PendingAssetRun.id, ids)
     existing = set(session.scalars(select(PendingAssetRun.id).where(wanted)))
     claimed = {
         run.id: run
@@ -231,7 +234,8 @@ def _rehome(session: Session, gone: set[int]) -> list[PendingAssetRun]:
 class _Loaded:
     """What evaluating a batch of pending runs reads, in a few statements for all."""
 
-    models: dict[str, DagModel] = field(default_factory=dict)
+    #: Each Dag's (dag_id, is_paused, is_active).
+    models: dict[str, Row] = field(default_factory=dict)
     seen: dict[int, list[Row]] = field(default_factory=dict)
 
 
@@ -242,16 +246,20 @@ def _load(session: Session, bag: DagBag, pending: Sequence[PendingAssetRun]) -> 
     if not pending:
         return loaded
     bag.prefetch(session, dag_ids)
+    # Rows, not ORM objects: only whether each Dag is paused or gone is read.
     loaded.models = {
-        model.dag_id: model
-        for model in session.scalars(select(DagModel).where(DagModel.dag_id.in_(dag_ids)))
-    }
+        row.dag_id: row
+        for row in session.execute(
+            select(DagModel.dag_id, DagModel.is_paused, DagModel.is_active)
+            .where(one_of(session, DagModel.dag_id, dag_ids))
+        )
+    }  # fmt: skip
     for row in session.execute(
         select(AssetModel.uri, PendingAssetEvent.asset_event_id, PendingAssetEvent.id,
                AssetEvent.partition_key, PendingAssetEvent.pending_run_id)
         .join(AssetModel, AssetModel.id == PendingAssetEvent.asset_id)
         .join(AssetEvent, AssetEvent.id == PendingAssetEvent.asset_event_id)
-        .where(PendingAssetEvent.pending_run_id.in_([run.id for run in pending]))
+        .where(one_of(session, PendingAssetEvent.pending_run_id, [run.id for run in pending]))
     ):  # fmt: skip
         loaded.seen.setdefault(row.pending_run_id, []).append(row)
     return loaded

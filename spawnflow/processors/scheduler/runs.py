@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spawnflow.comms.states import DagRunState, RunType, TaskState
+from spawnflow.models.base import one_of
 from spawnflow.models.dag import DagModel, SerializedDagModel
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
@@ -67,14 +68,15 @@ class DagBag:
             dag_id: dag_hash
             for dag_id, dag_hash in session.execute(
                 select(SerializedDagModel.dag_id, SerializedDagModel.dag_hash)
-                .where(SerializedDagModel.dag_id.in_(todo))
+                .where(one_of(session, SerializedDagModel.dag_id, todo))
             )
         }  # fmt: skip
         stale = [d for d in hashes if d not in self._cache or self._cache[d][0] != hashes[d]]
         if stale:
             for dag_id, dag_hash, data in session.execute(
                 select(SerializedDagModel.dag_id, SerializedDagModel.dag_hash,
-                       SerializedDagModel.data).where(SerializedDagModel.dag_id.in_(stale))
+                       SerializedDagModel.data)
+                .where(one_of(session, SerializedDagModel.dag_id, stale))
             ):  # fmt: skip
                 self._cache[dag_id] = (dag_hash, serialize.decode(data).dag)
         for dag_id in todo:
