@@ -97,6 +97,8 @@ class Triggerer:
         self._failures = 0
         self._relaunch_at: float | None = None
         self._bag = runs.DagBag()
+        #: What this triggerer held at its last turn that reached the database.
+        self._held: list[claims.Assigned] = []
 
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Run until stopped, ``num_loops`` turns, or ``until()`` says so."""
@@ -104,10 +106,9 @@ class Triggerer:
         self._launch_runner()
         try:
             while not lifecycle.stop_requested.is_set():
-                if self.runner is None and time.monotonic() >= (self._relaunch_at or 0.0):
-                    self._launch_runner()
+                self._relaunch_if_due()
                 summary = outage.ride_out(self._turn, what="running a triggerer loop",
-                                          meanwhile=lambda: self.watch.wait(0))  # fmt: skip
+                                          meanwhile=self._between_attempts)  # fmt: skip
                 if self.on_loop is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
@@ -134,6 +135,15 @@ class Triggerer:
             runner.stop(grace=0)
             raise
 
+    def _between_attempts(self) -> None:
+        """While the database is away: service the runner (a dead one is replaced), and
+        give one that became ready meanwhile what this triggerer held at its last turn
+        (nobody takes those over until a heartbeat timeout after the database is back,
+        so they are still this triggerer's to run)."""
+        self.watch.wait(0)
+        self._relaunch_if_due()
+        self._sync(self._held)
+
     # -- one turn -------------------------------------------------------------------------
 
     def _turn(self) -> TriggererSummary:
@@ -159,6 +169,7 @@ class Triggerer:
             if self.loops % 10 == 1:
                 with orm.session_scope() as session:
                     claims.clean_unused(session)
+        self._held = held
         self._sync(held)
         return TriggererSummary(self.loops, len(self.sent), claimed, events)
 
@@ -218,6 +229,10 @@ class Triggerer:
             pass  # the runner died: the watch reports its exit, and the next one gets all
 
     # -- the runner ---------------------------------------------------------------------
+
+    def _relaunch_if_due(self) -> None:
+        if self.runner is None and time.monotonic() >= (self._relaunch_at or 0.0):
+            self._launch_runner()
 
     def _launch_runner(self) -> None:
         spec = launcher.ChildSpec(
