@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
@@ -22,3 +27,49 @@ def test_reset_drops_and_recreates_every_table(migrated_database, database_url):
     assert status.up_to_date
     tables = set(inspect(orm.engine(database_url)).get_table_names())
     assert tables == {*Base.metadata.tables, "alembic_version"}
+
+
+def test_the_code_s_head_is_alembic_s_and_the_history_is_one_line():
+    # schema.head() reads the migration files' names; Alembic reads their contents.
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(schema._config())
+    assert schema.head() == scripts.get_current_head()
+    chain = [script.revision for script in scripts.walk_revisions()]  # head first
+    assert chain == [f"{number:04d}" for number in range(len(chain), 0, -1)]
+
+
+def test_the_revision_is_read_as_alembic_reads_it(migrated_database, database_url):
+    with orm.engine(database_url).connect() as connection:
+        ours = schema.current_revision(connection)
+        assert ours == MigrationContext.configure(connection).get_current_revision()
+    assert ours == schema.head()
+    assert schema.status(database_url).up_to_date
+
+
+def test_a_database_never_migrated_is_at_no_revision(empty_database_url, make_settings):
+    make_settings(**{"database.url": empty_database_url})
+    orm.check_reachable(empty_database_url, create=True)  # an empty SQLite file
+    status = schema.status(empty_database_url)
+    assert (status.current, status.up_to_date) == (None, False)
+    assert "is not migrated, but this spawnflow needs revision" in status.describe()
+
+
+@pytest.mark.parametrize("command", [["db", "check"], ["dags", "list"], ["runs", "list"]])
+def test_commands_that_check_the_schema_do_not_import_alembic(
+    command, migrated_database, database_url, home
+):
+    # In a fresh interpreter (this one imported Alembic for the tests above), as the
+    # console script runs them.
+    code = (
+        "import sys\nfrom spawnflow.commands import cli\n"
+        f"cli.main({command!r}, prog_name='spawnflow', standalone_mode=False)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+    env.update(SPAWNFLOW_HOME=str(home), SPAWNFLOW__DATABASE__URL=database_url,
+               SPAWNFLOW__CORE__LOAD_EXAMPLES="false")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
