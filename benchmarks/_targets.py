@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 
 def bare_target(connection) -> None:
-    """The baseline child: say hello and leave."""
-    connection.send_bytes(b"ready")
+    """The baseline child: say hello with the CPU seconds its start cost, and leave.
+
+    A new process's CPU times start at zero, under fork too, so ``process_time`` is
+    what this child used from its birth to here."""
+    connection.send_bytes(repr(time.process_time()).encode())
 
 
 def bare_idle(connection) -> None:
@@ -20,7 +24,13 @@ def bare_idle(connection) -> None:
 
 
 def launcher_target(channel) -> None:
-    """The launcher's trivial target: Ready was already sent by the bootstrap."""
+    """The launcher's trivial target (Ready was already sent by the bootstrap): report
+    the CPU seconds from birth to here, and leave."""
+    used, modules = time.process_time(), len(sys.modules)  # before the import below
+    from spawnflow.comms import ResourceReport
+
+    channel.send(ResourceReport(pid=os.getpid(), peak_rss_bytes=None, modules=modules,
+                                cpu_seconds=used))  # fmt: skip
 
 
 def launcher_idle(channel) -> None:

@@ -68,7 +68,7 @@ class Child:
         self.role = spec.role
         self.method = method
         self.pid: int = process.pid
-        #: Becomes ready (for ``multiprocess.connection.wait``) when the child exits.
+        #: Becomes ready (for ``multiprocessing.connection.wait``) when the child exits.
         self.sentinel = process.sentinel
         #: The parent's end of the wire-protocol connection.
         self.channel = channel
@@ -125,7 +125,7 @@ class Child:
         did not boot within ``timeout`` (:attr:`boot_timeout` by default)."""
         if self.ready is not None:
             return self.ready
-        from multiprocess.connection import wait
+        from multiprocessing.connection import wait
 
         timeout = self.boot_timeout if timeout is None else timeout
         if not wait([self.channel.connection, self.sentinel], timeout):
@@ -175,7 +175,7 @@ class Child:
         a fork grandchild inherits a copy, so the sentinel alone can stay silent
         after the child exited: the handle says so too.
         """
-        from multiprocess.connection import wait
+        from multiprocessing.connection import wait
 
         deadline = time.monotonic() + timeout
         while True:

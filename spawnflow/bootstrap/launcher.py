@@ -223,16 +223,16 @@ def _ensure_folder(folder: Path) -> None:
 def _stop_children_at_exit() -> None:
     """Stop leftover children when the interpreter exits, however it exits.
 
-    As one of multiprocess's own exit finalizers: its exit handler runs those first and
+    As one of multiprocessing's own exit finalizers: its exit handler runs those first and
     then joins every child it knows, which would wait forever for a child that waits to
     be stopped. An atexit hook of ours could run after that handler (atexit runs last
-    in, first out, and multiprocess registers its handler again when its logger is
+    in, first out, and multiprocessing registers its handler again when its logger is
     first made), and the script would hang at exit. A fork child starts with no
-    finalizers (multiprocess clears them), hence the check that ours is still there.
+    finalizers (multiprocessing clears them), hence the check that ours is still there.
     """
     global _at_exit
     if _at_exit is None or not _at_exit.still_active():
-        from multiprocess import util
+        from multiprocessing import util
 
         _at_exit = util.Finalize(None, stop_children, exitpriority=100)
 

@@ -1,9 +1,15 @@
 """Start methods: which exist here, which one each component uses (law 2).
 
 Nothing in spawnflow calls ``set_start_method`` or uses a library default (the
-``multiprocess`` package defaults to fork even on macOS). The launcher starts a child of
-a role with the method of the component the role belongs to (:data:`ROLE_COMPONENTS`,
-:func:`for_role`) and builds a context for it with :func:`context`.
+``multiprocess`` package defaults to fork even on macOS, the standard library to fork
+on Linux before 3.14). The launcher starts a child of a role with the method of the
+component the role belongs to (:data:`ROLE_COMPONENTS`, :func:`for_role`) and builds a
+context for it with :func:`context`.
+
+Contexts are the standard library's ``multiprocessing``, not ``multiprocess``: the
+launcher pickles its child spec itself, with the standard pickle, so dill (which
+``multiprocess`` imports in every child it starts: about 40 ms of CPU per spawned child,
+a third of a bare spawn child's start) would buy nothing.
 """
 
 from __future__ import annotations
@@ -130,7 +136,7 @@ def release_forkserver() -> None:
     the process that launched the child dies, its forkserver must go, so that the
     child is told (its parent, the forkserver, died) and no orphan survives.
     """
-    import multiprocess.forkserver as forkserver
+    import multiprocessing.forkserver as forkserver
 
     server = getattr(forkserver, "_forkserver", None)
     fd = getattr(server, "_forkserver_alive_fd", None)
@@ -150,17 +156,17 @@ def starts_by_exec(method: str) -> bool:
         return True
     if method != "forkserver":
         return False
-    import multiprocess.forkserver as forkserver
+    import multiprocessing.forkserver as forkserver
 
     server = getattr(forkserver, "_forkserver", None)
     return getattr(server, "_forkserver_pid", None) is None
 
 
 def context(method: str):
-    """A ``multiprocess`` context for ``method`` (never the library's default context)."""
-    import multiprocess
+    """A ``multiprocessing`` context for ``method`` (never the library's default context)."""
+    import multiprocessing
 
-    ctx = multiprocess.get_context(check(method))
+    ctx = multiprocessing.get_context(check(method))
     if method == "forkserver":
         # A hint that takes effect when this process first starts its forkserver.
         ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
@@ -168,7 +174,7 @@ def context(method: str):
     return ctx
 
 
-#: What multiprocess adds to its temporary folder for the forkserver's socket:
+#: What multiprocessing adds to its temporary folder for the forkserver's socket:
 #: ``/pymp-XXXXXXXX/listener-XXXXXXXX``.
 _SOCKET_SUFFIX = 32
 
@@ -176,17 +182,17 @@ _SOCKET_SUFFIX = 32
 def _fit_forkserver_socket() -> None:
     """Make sure the forkserver's socket path fits the OS's AF_UNIX limit.
 
-    multiprocess puts the socket in a folder under ``TMPDIR``; a long ``TMPDIR`` (macOS
+    multiprocessing puts the socket in a folder under ``TMPDIR``; a long ``TMPDIR`` (macOS
     gives each user one under ``/var/folders``; CI runners and HPC jobs set deep ones)
     makes the path longer than ``sun_path`` and the forkserver fails with a bare
     ``AF_UNIX path too long``. As CPython 3.14 does, use a folder under ``/tmp`` then.
     """
     import tempfile
-
-    from multiprocess import process, util
+    from multiprocessing import process, util
 
     limit = platforms.current().unix_path_max
-    config = process.current_process()._config
+    # The standard library's own record of its temporary folder (private, stable since 3.8).
+    config = process.current_process()._config  # type: ignore[attr-defined]
     if limit is None or config.get("tempdir") is not None:
         return  # no limit, or the folder is chosen (and the forkserver maybe started)
     base = tempfile.gettempdir()
@@ -203,6 +209,7 @@ def _fit_forkserver_socket() -> None:
         ) from None
     import shutil
 
-    # What multiprocess itself does for the folder it makes: remove it at exit.
-    util.Finalize(None, util._remove_temp_dir, args=(shutil.rmtree, folder), exitpriority=-100)
+    # What multiprocessing itself does for the folder it makes: remove it at exit.
+    remove = util._remove_temp_dir  # type: ignore[attr-defined]
+    util.Finalize(None, remove, args=(shutil.rmtree, folder), exitpriority=-100)
     config["tempdir"] = folder

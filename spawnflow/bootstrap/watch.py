@@ -4,7 +4,7 @@ A parent registers each child it launches with a :class:`Watch` and says what to
 when something happens: the child is ready, sends a message, writes output, exits,
 misses a deadline, or fails to boot; timers run alongside (heartbeats). One turn of
 :meth:`Watch.wait` waits on every channel, output pipe and sentinel at once with
-``multiprocess.connection.wait`` and dispatches what became ready, in a fixed order:
+``multiprocessing.connection.wait`` and dispatches what became ready, in a fixed order:
 boot, messages, output, exits, deadlines, timers.
 
 Budgets are kept apart. A child's boot has its own (``[core] child_boot_timeout``,
@@ -198,7 +198,7 @@ class Watch:
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait for something to happen (at most ``timeout`` seconds), then handle it."""
-        from multiprocess.connection import wait
+        from multiprocessing.connection import wait
 
         self._sweep_reaped()
         now = time.monotonic()

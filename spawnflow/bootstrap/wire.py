@@ -1,7 +1,7 @@
 """The wire protocol between a parent and its child (law 6).
 
 Messages are typed ``msgspec`` structs, encoded as msgpack and framed by the
-``multiprocess`` connection (a length header on POSIX pipes, message mode on
+``multiprocessing`` connection (a length header on POSIX pipes, message mode on
 Windows pipes). Every message class that derives from :class:`Message` is
 registered when it is defined, so a :class:`Channel` decodes any of them by its
 ``type`` tag. Requests carry an ``id`` and are answered by exactly one

@@ -45,6 +45,8 @@ class ResourceReport(Message, frozen=True):
     pid: int
     peak_rss_bytes: int | None
     modules: int
+    #: CPU seconds (user and system) the process used so far.
+    cpu_seconds: float | None = None
 
 
 class ComponentStatus(Message, frozen=True):

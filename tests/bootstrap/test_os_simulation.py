@@ -24,7 +24,7 @@ pytestmark = pytest.mark.process
 PROBE = textwrap.dedent(
     """
     import json, os, signal, sys
-    import multiprocess
+    import multiprocessing
     from spawnflow.bootstrap import launcher, settings
     from spawnflow.bootstrap import platform as platforms
     import tests.fixtures.messages
@@ -33,7 +33,7 @@ PROBE = textwrap.dedent(
     seen = {"parent": {
         "platform": platforms.current().name,
         "register_at_fork": hasattr(os, "register_at_fork"),
-        "methods": multiprocess.get_all_start_methods(),
+        "methods": multiprocessing.get_all_start_methods(),
     }}
     spec = launcher.ChildSpec("test-child", "tests.fixtures.targets:report_os")
     with launcher.launch(spec, method="spawn") as child:
@@ -129,9 +129,9 @@ def test_the_macos_simulation_refuses_long_unix_socket_paths(tmp_path):
 def test_the_windows_simulation_refuses_a_wait_on_more_than_63_objects(tmp_path):
     code = textwrap.dedent(
         """
-        import multiprocess
-        from multiprocess.connection import wait
-        pipes = [multiprocess.Pipe(duplex=False) for _ in range(64)]
+        import multiprocessing
+        from multiprocessing.connection import wait
+        pipes = [multiprocessing.Pipe(duplex=False) for _ in range(64)]
         try:
             wait([reader for reader, _ in pipes], timeout=0)
         except ValueError as error:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import multiprocess
+import multiprocessing
+
 import pytest
 
 from spawnflow.bootstrap import wire
@@ -11,7 +12,7 @@ from tests.fixtures.messages import Echo, Echoed
 
 @pytest.fixture
 def channels():
-    left, right = multiprocess.get_context("spawn").Pipe(duplex=True)
+    left, right = multiprocessing.get_context("spawn").Pipe(duplex=True)
     yield wire.Channel(left), wire.Channel(right)
     left.close()
     right.close()

@@ -204,7 +204,7 @@ def test_spec_refuses_malformed_role_or_target(role, target):
 
 
 def test_captured_output_reaches_the_parent_from_every_writer(start_method, make_settings):
-    from multiprocess.connection import wait
+    from multiprocessing.connection import wait
 
     from spawnflow.bootstrap import platform as platforms
 
@@ -231,13 +231,13 @@ def test_captured_output_reaches_the_parent_from_every_writer(start_method, make
 
 # Ends with its child still running: the launcher must stop it, and the exit not hang.
 ENDS_WITH_A_CHILD_RUNNING = """
-import multiprocess.util  # its exit handler registers again on its logger's first use
+import multiprocessing.util  # its exit handler registers again on its logger's first use
 from spawnflow.bootstrap import launcher, settings
 settings.install(settings.resolve())
 spec = launcher.ChildSpec("test-child", "spawnflow.processors.probe:wait_for_stop")
 child = launcher.launch(spec, method={method!r})
 child.wait_ready(timeout=120)
-multiprocess.util.get_logger()
+multiprocessing.util.get_logger()
 print(child.pid, flush=True)
 """
 

@@ -232,7 +232,7 @@ class Platform(msgspec.Struct, frozen=True):
     def read_output(self, connection: Any) -> bytes:
         """What a captured child wrote since the last read; b"" once it closed the pipe.
 
-        Only when the connection is ready (``multiprocess.connection.wait`` says so).
+        Only when the connection is ready (``multiprocessing.connection.wait`` says so).
         The child writes raw bytes, not framed messages: POSIX reads the descriptor;
         a Windows message-mode pipe gives one write per read.
         """

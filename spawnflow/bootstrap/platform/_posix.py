@@ -37,7 +37,7 @@ if sys.platform != "win32":
         SIGINT is blocked in this thread, which a fork child inherits. A new interpreter
         (``exec_follows``: spawn, and the forkserver's first start) is not kept deaf by
         the mask alone: it takes a Ctrl-C while it imports (seen here: KeyboardInterrupt
-        in multiprocess's imports). An ignored signal stays ignored through an exec, and
+        in multiprocessing's imports). An ignored signal stays ignored through an exec, and
         Python then installs no KeyboardInterrupt handler: with ``exec_follows`` SIGINT
         is also ignored meanwhile, from the main thread, for the few milliseconds of the
         start (a forkserver's first start waits for its boot). A Ctrl-C meant for us in
