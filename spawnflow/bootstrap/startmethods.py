@@ -8,8 +8,10 @@ context for it with :func:`context`.
 
 Contexts are the standard library's ``multiprocessing``, not ``multiprocess``: the
 launcher pickles its child spec itself, with the standard pickle, so dill (which
-``multiprocess`` imports in every child it starts: about 40 ms of CPU per spawned child,
-a third of a bare spawn child's start) would buy nothing.
+``multiprocess`` imports in every child it starts) would buy nothing. Measured in
+instructions of a spawned child: a bare one 260 M under ``multiprocess``, 161 M under the
+standard library; a launcher child 470 M before, 442 M after (its bootstrap imports most
+of what dill pulls in anyway).
 """
 
 from __future__ import annotations
