@@ -45,14 +45,14 @@ def top_level(modules: list[str]) -> set[str]:
 @pytest.mark.parametrize("role", sorted(ROLES))
 def test_a_child_imports_only_what_its_role_needs(role, start_method, make_settings):
     make_settings()
-    spec = ChildSpec(role, "tests.fixtures.targets:report_role_modules", {"target": ROLES[role]})
+    spec = ChildSpec(role, "tests.fixtures.targets:report_modules", {"target": ROLES[role]})
     with launch(spec, method=start_method) as child:
         child.wait_ready()
         message = child.channel.recv(timeout=120)
         assert isinstance(message, Report)
         report = message.values
         assert child.join(timeout=60).exitcode == 0
-    own = set(report["after"])
+    own = set(report["modules"])
     if start_method == "fork":
         own -= set(report["before"])
     forbidden = NEVER | (NO_DATABASE if role in USER_CODE_ROLES else set())
