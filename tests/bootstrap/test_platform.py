@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -60,6 +61,72 @@ def test_kill_tree_kills_a_process_and_its_descendants(platform):
     finally:
         if root.poll() is None:
             root.kill()
+        root.stdout.close()
+
+
+#: A chain of three processes, each leading its own process group, as a worker and
+#: its task do below a scheduler. Each ignores SIGHUP (as under ``nohup``) and leaves a
+#: mark if it ever runs again after being stopped; each prints the pids from itself down.
+CHAIN = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+marks, depth = Path(sys.argv[1]), int(sys.argv[2])
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+signal.signal(signal.SIGCONT, lambda *_: (marks / f"continued-{depth}").touch())
+below = ""
+if depth < 2:
+    child = subprocess.Popen([sys.executable, __file__, sys.argv[1], str(depth + 1)],
+                             process_group=0, stdout=subprocess.PIPE, text=True)
+    below = child.stdout.readline()
+print(os.getpid(), below, flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.mark.skipif(not platforms.current().process_groups, reason="process groups are POSIX")
+def test_kill_tree_kills_children_before_their_parents_so_none_wakes(tmp_path, monkeypatch):
+    # A parent's death sends SIGHUP and SIGCONT to each stopped process group of its
+    # children that it orphans: killed parent first, a stopped worker would run again
+    # and see its task die. Children first, every one has its SIGKILL before any wakes.
+    script, marks = tmp_path / "chain.py", tmp_path / "marks"
+    script.write_text(CHAIN)
+    marks.mkdir()
+    root = subprocess.Popen([sys.executable, str(script), str(marks), "0"],
+                            process_group=0, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    signalled: list[tuple[str, int]] = []
+    tree: list[psutil.Process] = []
+    real_kill, real_killpg = psutil.Process.kill, os.killpg
+
+    def kill(process: psutil.Process) -> None:
+        signalled.append(("process", process.pid))
+        real_kill(process)
+
+    def killpg(pgid: int, signum: int) -> None:
+        signalled.append(("group", pgid))
+        real_killpg(pgid, signum)
+
+    try:
+        pids = [int(pid) for pid in root.stdout.readline().split()]
+        assert len(pids) == 3  # root, middle, leaf: each runs, in its own group
+        tree = platforms.LINUX.snapshot_tree(platforms.LINUX.handle(root.pid))
+        monkeypatch.setattr(psutil.Process, "kill", kill)
+        monkeypatch.setattr(os, "killpg", killpg)
+
+        platforms.LINUX.kill_tree(tree)
+
+        assert root.wait(timeout=30) == -9
+        leaf, middle = pids[2], pids[1]
+        assert signalled == [
+            ("process", leaf), ("group", leaf), ("process", middle), ("group", middle),
+            ("process", root.pid), ("group", root.pid),
+        ]  # fmt: skip
+        assert not list(marks.iterdir())  # none ran again once stopped
+    finally:
+        monkeypatch.undo()
+        # psutil handles know their process: a pid taken by a stranger is left alone.
+        platforms.LINUX.kill_tree(tree or platforms.LINUX.snapshot_tree(psutil.Process(root.pid)))
+        root.wait(timeout=30)
         root.stdout.close()
 
 

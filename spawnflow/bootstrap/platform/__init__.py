@@ -297,19 +297,26 @@ class Platform(msgspec.Struct, frozen=True):
     def kill_tree(self, processes: list[psutil.Process], timeout: float = 10.0) -> None:
         """Kill every process in ``processes`` (a cold stop) and wait until they are gone.
 
-        POSIX stops every process first, then takes the tree again (a process being
-        killed could fork meanwhile; a stopped one cannot) and kills whole groups too.
+        POSIX stops the whole tree first (a stopped process cannot fork, or see another
+        one die and act on it), then kills it children first, each process with the
+        group it leads (what of the group left the tree, re-parented, goes too). The
+        order matters: when a process dies, POSIX sends SIGHUP and SIGCONT to each
+        process group of its children that its death orphans, so a parent killed
+        first would wake its stopped children, and a worker that ignores SIGHUP (as
+        under ``nohup``) would see its task killed and record a failure for it.
         """
         alive = [p for p in processes if _trees.running(p)]
         if self.process_groups and sys.platform != "win32":
-            _trees.suspend(alive)
-            alive = _trees.with_descendants(alive)
-            groups = {_posix.group_of(p.pid) for p in alive} - {_posix.own_group(), None}
-            for group in groups:
-                # Only groups led by a live process of this tree: never a stranger's.
-                if group is not None and any(p.pid == group for p in alive):
-                    _posix.signal_group(group, kill=True)
-        _trees.kill(alive)
+            alive = _trees.suspend_tree(alive)
+            own = _posix.own_group()
+            # Only groups led by a live process of this tree: never a stranger's.
+            leaders = {p.pid for p in alive if _posix.group_of(p.pid) == p.pid != own}
+            for proc in _trees.children_first(alive):
+                _trees.kill([proc])
+                if proc.pid in leaders:
+                    _posix.signal_group(proc.pid, kill=True)
+        else:
+            _trees.kill(alive)
         _trees.wait_gone(alive, timeout)
 
     def kill_group(self, pgid: int, leader: psutil.Process | None) -> None:

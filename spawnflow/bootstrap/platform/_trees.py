@@ -57,6 +57,33 @@ def suspend(processes: list[psutil.Process]) -> None:
             pass
 
 
+def suspend_tree(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Stop ``processes`` and every descendant, walking again below each batch until the
+    walk finds none it has not stopped (a process forks until it is stopped); the live
+    ones of them, each once."""
+    stopped: dict[int, psutil.Process] = {}
+    batch = [p for p in processes if running(p)]
+    while batch:
+        suspend(batch)
+        stopped.update((p.pid, p) for p in batch)
+        batch = [p for p in with_descendants(batch) if p.pid not in stopped]
+    return [p for p in stopped.values() if running(p)]
+
+
+def children_first(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """``processes`` ordered so that each comes before its parent (and every ancestor)
+    among them: the deepest first."""
+    parents = {p.pid: parent_of(p) for p in processes}
+
+    def depth(pid: int | None) -> int:
+        ancestors = 0  # bounded: a pid cannot be its own ancestor, even if reused
+        while (pid := parents.get(pid)) in parents and ancestors < len(parents):
+            ancestors += 1
+        return ancestors
+
+    return sorted(processes, key=lambda p: depth(p.pid), reverse=True)
+
+
 def kill(processes: list[psutil.Process]) -> None:
     """SIGKILL on POSIX, ``TerminateProcess`` (exit code 15) on Windows."""
     import psutil
