@@ -150,6 +150,22 @@ def release_forkserver() -> None:
         server._forkserver_alive_fd = None
 
 
+def start_forkserver_early(method: str) -> None:
+    """Start this process's forkserver now if ``method`` is forkserver.
+
+    Its first launch blocks until the server has started its interpreter and imported
+    :data:`FORKSERVER_PRELOAD`: seconds on a busy machine, during which a worker could
+    not tell its executor it lives. Started while the process waits for work, that
+    cost is paid before any launch needs the server.
+    """
+    if method != "forkserver":
+        return
+    import multiprocessing.forkserver as forkserver
+
+    context(method)  # the preload and the socket's folder, before the server starts
+    forkserver.ensure_running()
+
+
 def starts_by_exec(method: str) -> bool:
     """Whether launching a child under ``method`` now runs a new interpreter from this
     process: spawn always; forkserver when its server is not running yet (it is started

@@ -85,3 +85,34 @@ def test_a_task_end_counts_only_under_the_id_of_the_request_that_started_it(
     assert ended == [TaskEnded(7, "success")]  # the answer under its own id, only
     assert any(isinstance(r.msg, dict) and r.msg.get("event") ==
                "worker answered a request it was not running" for r in caplog.records)  # fmt: skip
+
+
+def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
+    start_method, make_settings, monkeypatch
+):
+    """The first launch through a forkserver waits for the server's interpreter and
+    preload; a worker that paid it then, silent, looked hung on a busy machine."""
+    import psutil
+
+    from spawnflow.comms.tasks import WorkerAlive
+
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    executor = local.LocalExecutor(settings)
+    said_alive = []
+    on_message = executor._on_message
+
+    def noting_alive(watched, message):
+        said_alive.append(isinstance(message, WorkerAlive))
+        on_message(watched, message)
+
+    monkeypatch.setattr(executor, "_on_message", noting_alive)
+    executor.start()
+    try:
+        # The worker says it is alive once its loop runs, after the forkserver started.
+        assert executor.watch.until(lambda: any(said_alive), timeout=120)
+        children = psutil.Process(executor.workers[0].pid).children()
+        servers = [c for c in children if "multiprocessing.forkserver" in " ".join(c.cmdline())]
+        assert len(servers) == (start_method == "forkserver"), children
+    finally:
+        executor.end(grace=5)

@@ -86,6 +86,9 @@ class TaskSupervisor:
         started = self.recorder.start()
         if started is not None:
             return started  # not ours to run (any more)
+        # Each step before the watch loop runs blocks; say so between them, or a slow
+        # machine makes a busy worker look hung to its executor.
+        self.alive()
         attempt = AttemptLog(Path(self.workload.log_file))
         attempt.event("task queued to this worker", worker_pid=os.getpid(),
                       try_number=self.workload.try_number)  # fmt: skip
@@ -150,8 +153,10 @@ class TaskSupervisor:
             reason = f"the XCom backend could not be loaded: {type(error).__name__}: {error}"
             attempt.event("task not started", level="error", reason=reason)
             return None, None, reason
+        self.alive()
         child = launcher.launch(spec)
         self.recorder.set_task_pid(child.pid)
+        self.alive()
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
             ended = self._serve_until_done(child, attempt)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from spawnflow.bootstrap import lifecycle, logs
+from spawnflow.bootstrap import lifecycle, logs, startmethods
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.wire import Channel
 from spawnflow.comms.tasks import RunTask, TaskFinished, WorkerAlive
@@ -21,6 +21,7 @@ def run(channel: Channel, *, xcom_backend=None) -> None:
     """Serve RunTask requests until stopped or until the executor closes the channel."""
     lifecycle.defer_warm_stop()
     settings = settings_module.current()
+    startmethods.start_forkserver_early(startmethods.for_role(settings, "task")[0])
     log = logs.get_logger("spawnflow.worker")
     interval = settings.executor.heartbeat_interval
     last_said = 0.0
