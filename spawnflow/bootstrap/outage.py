@@ -40,6 +40,8 @@ _GONE = (
 )  # fmt: skip
 #: The longest wait between two attempts, in seconds.
 MAX_BACKOFF = 5.0
+#: The longest wait, in seconds, between two calls of a ``meanwhile`` while backing off.
+MEANWHILE_EVERY = 0.5
 
 #: When the database last came back after an outage this process saw (UTC), if ever.
 _recovered_at: dt.datetime | None = None
@@ -98,7 +100,8 @@ def ride_out(
 
     ``what`` says what the process was doing, for the log and the error. ``give_up()``,
     checked between attempts, ends the wait early (a stop request); ``meanwhile()`` runs
-    between attempts (a worker telling its executor it is still alive).
+    while it waits between attempts, at least every :data:`MEANWHILE_EVERY` seconds (a
+    worker telling its executor it is still alive).
 
     Raises:
         DatabaseUnavailable: the database stayed out of reach past the tolerance.
@@ -138,14 +141,26 @@ def ride_out(
                     error=cause,
                 )  # fmt: skip
             attempts += 1
-            if meanwhile is not None:
-                meanwhile()
-            time.sleep(delay)
+            _pause(delay, meanwhile)
             continue
         if started is not None:
             _log().warning("database reachable again", what=what,
                            outage_seconds=round(time.monotonic() - started, 1))  # fmt: skip
         return result
+
+
+def _pause(delay: float, meanwhile: Callable[[], None] | None) -> None:
+    """Wait ``delay`` seconds, running ``meanwhile`` at its start and at least every
+    :data:`MEANWHILE_EVERY` seconds: a backoff may be longer than a worker may stay
+    silent to its executor."""
+    end = time.monotonic() + delay
+    while True:
+        if meanwhile is not None:
+            meanwhile()
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return
+        time.sleep(min(remaining, MEANWHILE_EVERY))
 
 
 def _log():
