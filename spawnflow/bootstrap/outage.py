@@ -43,6 +43,12 @@ MAX_BACKOFF = 5.0
 #: The longest wait, in seconds, between two calls of a ``meanwhile`` while backing off.
 MEANWHILE_EVERY = 0.5
 
+
+class GaveUp(DatabaseUnavailable):
+    """:func:`ride_out` stopped waiting for the database because its ``give_up()`` said
+    so (a stop request): the unit did not run, and the process goes on stopping."""
+
+
 #: When the database last came back after an outage this process saw (UTC), if ever.
 _recovered_at: dt.datetime | None = None
 
@@ -105,6 +111,7 @@ def ride_out(
 
     Raises:
         DatabaseUnavailable: the database stayed out of reach past the tolerance.
+        GaveUp: ``give_up()`` said to stop waiting.
     """
     global _recovered_at
     snapshot = settings_module.current()
@@ -127,7 +134,12 @@ def ride_out(
             if started is None:
                 started = now
             waited = now - started
-            if waited >= tolerance or (give_up is not None and give_up()):
+            if give_up is not None and give_up():
+                raise GaveUp(
+                    f"the database {orm.masked(snapshot.database.url)} was out of reach "
+                    f"while {what}; stopped waiting for it after {waited:.0f} s: {cause}"
+                ) from None
+            if waited >= tolerance:
                 raise DatabaseUnavailable(
                     f"the database {orm.masked(snapshot.database.url)} was out of reach "
                     f"for {waited:.0f} s while {what} ([database] outage_tolerance is "

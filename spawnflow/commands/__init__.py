@@ -26,6 +26,11 @@ class SpawnflowGroup(click.Group):
             return super().invoke(ctx)
         except UserError as error:
             raise click.ClickException(_sentence(str(error))) from None
+        except KeyboardInterrupt:
+            # Ctrl-C before the command took over stop requests (while it waited for
+            # the database at start-up, say): the code shells expect, not click's 1.
+            click.echo("Aborted!", err=True)
+            raise click.exceptions.Exit(130) from None
         except Exception as error:
             # A database that refuses (read-only, out of reach): one sentence, no traceback.
             sqlalchemy = sys.modules.get("sqlalchemy")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 import sqlalchemy as sa
 
@@ -140,6 +141,76 @@ def test_commits_whose_answers_are_lost_run_each_task_once(behind_a_proxy, home)
     assert "Traceback" not in logs
     assert proxy.answers_lost == 6
     each_task_ran_once(url, marks)
+
+
+def stopped_in_an_outage(
+    command: str, env: dict[str, str], proxy: TcpProxy, log_file: Path, working=None
+) -> tuple[int | None, str, list[psutil.Process]]:
+    """Start ``command`` with an hour's outage tolerance, wait until ``working()``, cut
+    the database off (before the start if there is no ``working``), and press Ctrl-C
+    once the command logged the outage: its exit code, its stderr, and its descendants
+    as they were before the cut."""
+    if working is None:
+        proxy.cut()
+    process = start(command, env={**env, "SPAWNFLOW__DATABASE__OUTAGE_TOLERANCE": "3600"})
+    family = []
+    try:
+        if working is not None:
+            wait_for(working, what=f"the {command} to work")
+            family = descendants(process)
+            proxy.cut()
+        wait_for(lambda: "database out of reach" in _text(log_file),
+                 what=f"the {command} to meet the outage")  # fmt: skip
+        press_ctrl_c(process)
+        _, err = process.communicate(timeout=120)
+    finally:
+        proxy.restore()
+        if process.poll() is None:
+            press_ctrl_c(process)
+            process.communicate(timeout=60)
+    return process.returncode, err, family
+
+
+def test_a_stop_during_an_outage_ends_the_scheduler_without_waiting_for_the_database(
+    behind_a_proxy, home
+):
+    """Ctrl-C while the database is away: the scheduler stops within its grace period,
+    not once the database is back or its outage tolerance (an hour here) has passed."""
+    env, _, proxy, marks = behind_a_proxy
+    assert spawnflow("dags", "trigger", "outage", env=env).returncode == 0
+    code, err, family = stopped_in_an_outage(
+        "scheduler", env, proxy, home / "logs" / "scheduler.log",
+        working=lambda: len(list(marks.iterdir())) >= 1,  # a first task finished
+    )  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
+
+
+# One server: what differs between the two is how a lost connection reads, which the
+# scheduler's tests cover; the start-up wait is one function for every command.
+@pytest.mark.parametrize("behind_a_proxy", ["postgres"], indirect=True)
+@pytest.mark.parametrize(
+    ("command", "at_start"),
+    [("dag-processor", False), ("triggerer", False), ("dag-processor", True)],
+    ids=["dag-processor", "triggerer", "at-start"],
+)
+def test_a_stop_during_an_outage_ends_the_other_components_too(
+    behind_a_proxy, home, command, at_start
+):
+    """The Dag processor and the triggerer, met by the outage while they work, or a
+    command met by it while it waits for the database at start-up."""
+    env, _, proxy, _ = behind_a_proxy
+    log_file = home / "logs" / f"{command}.log"
+    # The fixture's `dag-processor --once` wrote a pass to the log already.
+    line, count = ("pass finished", 2) if command == "dag-processor" else ("runner started", 1)
+    code, err, family = stopped_in_an_outage(
+        command, env, proxy, log_file,
+        working=None if at_start else lambda: _text(log_file).count(line) >= count,
+    )  # fmt: skip
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
 
 
 def test_an_outage_past_its_tolerance_ends_the_scheduler_in_one_sentence(behind_a_proxy):

@@ -16,13 +16,17 @@ A warm stop (SIGTERM, first Ctrl-C) lets the running parses finish within
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from spawnflow.bootstrap import launcher, lifecycle, logs, orm, outage
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.processors.dag_processor import asset_refs, files, partition_mapping, store
 from spawnflow.processors.dag_processor.parsing import ParserPool
+
+T = TypeVar("T")
 
 EXAMPLES_FOLDER = Path(__file__).parents[2] / "example_dags"
 
@@ -73,6 +77,8 @@ class DagFileProcessorManager:
                 if once or (num_runs is not None and self.passes >= num_runs):
                     break
                 lifecycle.stop_requested.wait(self.settings.dag_processor.poll_interval)
+        except outage.GaveUp:
+            pass  # stopped while the database was away: the next start parses it again
         except lifecycle.WarmStop:
             launcher.stop_children(grace=0)  # a second request: now
             raise
@@ -96,9 +102,7 @@ class DagFileProcessorManager:
                 failing = partition_mapping.failing_files(session) if mappings else set()
                 return forgotten, store.known_files(session), mappings, failing
 
-        forgotten, known, mappings, failing = outage.ride_out(
-            look_up, what="reading the known Dag files"
-        )
+        forgotten, known, mappings, failing = _ride_out(look_up, "reading the known Dag files")
         due = present if everything else self._due(present, known)
         # Events wait for their Dag's own mapper: its file is parsed now, unless it
         # failed last time (then at its next parse, when it may have been fixed).
@@ -126,13 +130,13 @@ class DagFileProcessorManager:
                     asset_refs.refresh_activity(session)
                     asset_refs.sync_watcher_triggers(session)
 
-            outage.ride_out(settle, what="updating assets and their watchers")
+            _ride_out(settle, "updating assets and their watchers")
 
         def count() -> tuple[int, dict[str, str]]:
             with orm.session_scope(write=False) as session:
                 return store.totals(session, present)
 
-        summary.dags, summary.errors = outage.ride_out(count, what="counting the stored Dags")
+        summary.dags, summary.errors = _ride_out(count, "counting the stored Dags")
         summary.seconds = time.monotonic() - started
         log.info(
             "pass finished", files=summary.files, parsed=summary.parsed, dags=summary.dags,
@@ -152,7 +156,7 @@ class DagFileProcessorManager:
                 )  # fmt: skip
                 return recorded, partition_mapping.answer(session, outcome.mapped)
 
-        return outage.ride_out(write, what=f"storing the Dags of {outcome.path}")
+        return _ride_out(write, f"storing the Dags of {outcome.path}")
 
     def _dags_folder(self) -> Path:
         return Path(self.settings.core.dags_folder).absolute()
@@ -209,3 +213,9 @@ def run(channel, *, once: bool = False, num_runs: int | None = None) -> None:
     lifecycle.defer_warm_stop()  # finish running parses on the first request
     manager = DagFileProcessorManager(settings_module.current(), on_pass=report)
     manager.run(once=once, num_runs=num_runs)
+
+
+def _ride_out(unit: Callable[[], T], what: str) -> T:
+    """A unit of the Dag processor's work through a database outage; a stop request
+    ends the wait (:class:`~spawnflow.bootstrap.outage.GaveUp`)."""
+    return outage.ride_out(unit, what=what, give_up=lifecycle.stop_requested.is_set)

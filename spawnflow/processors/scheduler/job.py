@@ -16,6 +16,7 @@ before it ends, so that they can record why).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -106,8 +107,13 @@ class Scheduler:
                     # Whoever stops us waits ``grace`` at most: leave room to end cleanly.
                     grace_ends = time.monotonic() + 0.9 * grace
                     self.executor.request_stop()
-                summary = self.loop_once(queue=grace_ends is None)
-                if self.on_loop is not None:
+                try:
+                    summary = self.loop_once(queue=grace_ends is None)
+                except outage.GaveUp:
+                    # Stopping while the database is away: no turn can run, but the
+                    # workers may still finish (they wait for the database themselves).
+                    summary = None
+                if self.on_loop is not None and summary is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
                     break
@@ -119,7 +125,9 @@ class Scheduler:
                     break
                 if time.monotonic() >= next_adopt:
                     next_adopt = time.monotonic() + adopt_every
-                    outage.ride_out(self._adopt_or_reset, what=ADOPTING)
+                    with contextlib.suppress(outage.GaveUp):  # stopping; the database away
+                        outage.ride_out(self._adopt_or_reset, what=ADOPTING,
+                                        give_up=lifecycle.stop_requested.is_set)  # fmt: skip
                 self.executor.wait(self.settings.scheduler.loop_interval)
         except lifecycle.WarmStop:
             unfinished += self.executor.end(grace=0)
@@ -153,6 +161,7 @@ class Scheduler:
         A database outage is ridden out (see :mod:`~spawnflow.bootstrap.outage`): the
         turn runs again from its start once the database is back; each of its units is
         a transaction, and each decision is made again from what the database holds.
+        A stop request ends the wait (:class:`~spawnflow.bootstrap.outage.GaveUp`).
         """
 
         attempts = 0
@@ -171,6 +180,7 @@ class Scheduler:
         executor = self.executor
         assert executor is not None  # run() sets it before it calls loop_once()
         return outage.ride_out(turn, what="running a scheduler loop",
+                               give_up=lifecycle.stop_requested.is_set,
                                meanwhile=lambda: executor.wait(0))  # fmt: skip
 
     def _queue_again_what_never_left(self) -> None:

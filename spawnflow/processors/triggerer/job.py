@@ -107,8 +107,13 @@ class Triggerer:
         try:
             while not lifecycle.stop_requested.is_set():
                 self._relaunch_if_due()
-                summary = outage.ride_out(self._turn, what="running a triggerer loop",
-                                          meanwhile=self._between_attempts)  # fmt: skip
+                try:
+                    summary = outage.ride_out(
+                        self._turn, what="running a triggerer loop",
+                        give_up=lifecycle.stop_requested.is_set, meanwhile=self._between_attempts,
+                    )  # fmt: skip
+                except outage.GaveUp:
+                    break  # stopping while the database is away
                 if self.on_loop is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
