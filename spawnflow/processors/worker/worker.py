@@ -21,8 +21,11 @@ def run(channel: Channel, *, xcom_backend=None) -> None:
     """Serve RunTask requests until stopped or until the executor closes the channel."""
     lifecycle.defer_warm_stop()
     settings = settings_module.current()
-    startmethods.start_forkserver_early(startmethods.for_role(settings, "task")[0])
     log = logs.get_logger("spawnflow.worker")
+    try:
+        startmethods.start_forkserver_early(startmethods.for_role(settings, "task")[0])
+    except OSError as error:  # the first task's launch tries again, and fails that try
+        log.warning("could not start the forkserver before the first task", error=str(error))
     interval = settings.executor.heartbeat_interval
     last_said = 0.0
     executor_gone = False
