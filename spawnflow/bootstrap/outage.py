@@ -135,10 +135,7 @@ def ride_out(
                 started = now
             waited = now - started
             if give_up is not None and give_up():
-                raise GaveUp(
-                    f"the database {orm.masked(snapshot.database.url)} was out of reach "
-                    f"while {what}; stopped waiting for it after {waited:.0f} s: {cause}"
-                ) from None
+                raise _gave_up(snapshot.database.url, what, waited, cause) from None
             if waited >= tolerance:
                 raise DatabaseUnavailable(
                     f"the database {orm.masked(snapshot.database.url)} was out of reach "
@@ -153,7 +150,9 @@ def ride_out(
                     error=cause,
                 )  # fmt: skip
             attempts += 1
-            _pause(delay, meanwhile)
+            if not _pause(delay, meanwhile, give_up):
+                waited = time.monotonic() - started
+                raise _gave_up(snapshot.database.url, what, waited, cause) from None
             continue
         if started is not None:
             _log().warning("database reachable again", what=what,
@@ -161,18 +160,29 @@ def ride_out(
         return result
 
 
-def _pause(delay: float, meanwhile: Callable[[], None] | None) -> None:
+def _pause(
+    delay: float, meanwhile: Callable[[], None] | None, give_up: Callable[[], bool] | None
+) -> bool:
     """Wait ``delay`` seconds, running ``meanwhile`` at its start and at least every
-    :data:`MEANWHILE_EVERY` seconds: a backoff may be longer than a worker may stay
-    silent to its executor."""
+    :data:`MEANWHILE_EVERY` seconds (a backoff may be longer than a worker may stay
+    silent to its executor); False, at once, if ``give_up()`` says so meanwhile."""
     end = time.monotonic() + delay
     while True:
         if meanwhile is not None:
             meanwhile()
+        if give_up is not None and give_up():
+            return False
         remaining = end - time.monotonic()
         if remaining <= 0:
-            return
+            return True
         time.sleep(min(remaining, MEANWHILE_EVERY))
+
+
+def _gave_up(url: str, what: str, waited: float, cause: str) -> GaveUp:
+    return GaveUp(
+        f"the database {orm.masked(url)} was out of reach while {what}; stopped waiting "
+        f"for it after {waited:.0f} s: {cause}"
+    )
 
 
 def _log():

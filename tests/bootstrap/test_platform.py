@@ -118,16 +118,23 @@ def test_kill_tree_kills_children_before_their_parents_so_none_wakes(tmp_path, m
         assert root.wait(timeout=30) == -9
         leaf, middle = pids[2], pids[1]
         assert signalled == [
-            ("process", leaf), ("group", leaf), ("process", middle), ("group", middle),
-            ("process", root.pid), ("group", root.pid),
+            ("group", leaf), ("process", leaf), ("group", middle), ("process", middle),
+            ("group", root.pid), ("process", root.pid),
         ]  # fmt: skip
         assert not list(marks.iterdir())  # none ran again once stopped
     finally:
         monkeypatch.undo()
         # psutil handles know their process: a pid taken by a stranger is left alone.
-        platforms.LINUX.kill_tree(tree or platforms.LINUX.snapshot_tree(psutil.Process(root.pid)))
+        platforms.LINUX.kill_tree(tree or platforms.LINUX.snapshot_tree(_handle(root.pid)))
         root.wait(timeout=30)
         root.stdout.close()
+
+
+def _handle(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
 
 
 def test_signal_names_come_from_negative_exit_codes():

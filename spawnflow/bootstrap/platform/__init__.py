@@ -312,9 +312,9 @@ class Platform(msgspec.Struct, frozen=True):
             # Only groups led by a live process of this tree: never a stranger's.
             leaders = {p.pid for p in alive if _posix.group_of(p.pid) == p.pid != own}
             for proc in _trees.children_first(alive):
-                _trees.kill([proc])
-                if proc.pid in leaders:
+                if proc.pid in leaders:  # while its leader lives: the group is still ours
                     _posix.signal_group(proc.pid, kill=True)
+                _trees.kill([proc])
         else:
             _trees.kill(alive)
         _trees.wait_gone(alive, timeout)

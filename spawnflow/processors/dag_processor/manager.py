@@ -15,6 +15,7 @@ A warm stop (SIGTERM, first Ctrl-C) lets the running parses finish within
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -78,7 +79,8 @@ class DagFileProcessorManager:
                     break
                 lifecycle.stop_requested.wait(self.settings.dag_processor.poll_interval)
         except outage.GaveUp:
-            pass  # stopped while the database was away: the next start parses it again
+            log.warning("stopped while the database is out of reach; the files of this "
+                        "pass are parsed again at the next start")  # fmt: skip
         except lifecycle.WarmStop:
             launcher.stop_children(grace=0)  # a second request: now
             raise
@@ -110,15 +112,17 @@ class DagFileProcessorManager:
                 and path not in failing]  # fmt: skip
         summary = PassSummary(files=len(present), forgotten=forgotten)
         contested = []
-        for outcome in self._parse(due, mappings):
-            if outcome.kind == store.STOPPED:
-                continue  # cut short by a stop, not the file's fault: parse it next time
-            recorded, mapped = self._record(outcome)
-            summary.mapped += mapped
-            if recorded.conflict:
-                contested.append(outcome)
-            summary.parsed += 1
-            summary.largest_parser_rss = max(summary.largest_parser_rss, outcome.peak_rss or 0)
+        # Closed at once if storing gives up (a stop, the database away): see ParserPool.
+        with contextlib.closing(self._parse(due, mappings)) as outcomes:
+            for outcome in outcomes:
+                if outcome.kind == store.STOPPED:
+                    continue  # cut short by a stop, not the file's fault: parse it next time
+                recorded, mapped = self._record(outcome)
+                summary.mapped += mapped
+                if recorded.conflict:
+                    contested.append(outcome)
+                summary.parsed += 1
+                summary.largest_parser_rss = max(summary.largest_parser_rss, outcome.peak_rss or 0)
         # A Dag that moved from one file to another in this pass: once every file
         # has been stored, the file it left no longer holds it.
         for outcome in contested:

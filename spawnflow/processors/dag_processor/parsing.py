@@ -60,21 +60,27 @@ class ParserPool:
         waiting = deque(paths)
         limit = self.settings.dag_processor.parsing_processes
         grace_ends: float | None = None
-        while waiting or self.running:
-            if lifecycle.stop_requested.is_set():
-                waiting.clear()  # warm stop: finish what runs, start nothing new
-                if grace_ends is None:
-                    grace_ends = time.monotonic() + self.settings.core.stop_grace_period
-                elif time.monotonic() >= grace_ends:
-                    self._stop_all()
-            self._fill(waiting, limit)
-            # Bounded, so that a stop request is seen within half a second.
-            self.watch.wait(timeout=0.5)
-            # Refill before the caller stores the results: children parse while it writes.
-            if not lifecycle.stop_requested.is_set():
+        try:
+            while waiting or self.running:
+                if lifecycle.stop_requested.is_set():
+                    waiting.clear()  # warm stop: finish what runs, start nothing new
+                    if grace_ends is None:
+                        grace_ends = time.monotonic() + self.settings.core.stop_grace_period
+                    elif time.monotonic() >= grace_ends:
+                        self._stop_all()
                 self._fill(waiting, limit)
-            found, self.finished = self.finished, []
-            yield from found
+                # Bounded, so that a stop request is seen within half a second.
+                self.watch.wait(timeout=0.5)
+                # Refill before the caller stores the results: children parse meanwhile.
+                if not lifecycle.stop_requested.is_set():
+                    self._fill(waiting, limit)
+                found, self.finished = self.finished, []
+                yield from found
+        except GeneratorExit:
+            # The caller stopped reading (it gave up storing, the database away): what
+            # still parses would be stored by nobody.
+            stop_many(self.watch.children(), grace=0)
+            raise
         # Parsers that answered and are leaving: give them their moment, then kill.
         self.watch.until(lambda: not self.watch.watched, timeout=LEAVING_GRACE)
         for child in self.watch.children():

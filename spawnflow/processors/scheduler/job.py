@@ -86,6 +86,8 @@ class Scheduler:
         self.loops = 0
         #: Executor events read but not written yet.
         self._events: list = []
+        #: Whether a turn gave up on the database because of a stop request.
+        self._gave_up = False
 
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Loop until stopped, ``num_loops`` turns, or ``until()`` says so."""
@@ -93,8 +95,13 @@ class Scheduler:
             from spawnflow.executors.local import LocalExecutor
 
             self.executor = LocalExecutor(self.settings)
-        outage.ride_out(self._register, what="registering the scheduler")
-        outage.ride_out(self._adopt_or_reset, what=ADOPTING)
+        stopping = lifecycle.stop_requested.is_set
+        try:
+            outage.ride_out(self._register, what="registering the scheduler", give_up=stopping)
+            outage.ride_out(self._adopt_or_reset, what=ADOPTING, give_up=stopping)
+        except outage.GaveUp:
+            log.warning("stopped before it began: the database is out of reach")
+            return
         self.executor.start()
         grace = self.settings.core.stop_grace_period
         adopt_every = self.settings.scheduler.job_heartbeat_timeout
@@ -112,7 +119,10 @@ class Scheduler:
                 except outage.GaveUp:
                     # Stopping while the database is away: no turn can run, but the
                     # workers may still finish (they wait for the database themselves).
-                    summary = None
+                    if not self._gave_up:
+                        log.warning("stopping while the database is out of reach; the "
+                                    "workers finish what they can in the grace period")  # fmt: skip
+                    self._gave_up, summary = True, None
                 if self.on_loop is not None and summary is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
@@ -149,7 +159,8 @@ class Scheduler:
                 cut_short.release(session, self.job_id, why, ti_ids)
 
         try:
-            tolerance = min(10.0, self.settings.database.outage_tolerance)
+            # Once a stop gave up on the database, one attempt: the grace period is spent.
+            tolerance = 0 if self._gave_up else min(10.0, self.settings.database.outage_tolerance)
             outage.ride_out(write, what="recording that the scheduler stopped",
                             tolerance=tolerance)  # fmt: skip
         except (exc.SQLAlchemyError, orm.DatabaseUnavailable) as error:

@@ -99,10 +99,17 @@ class Triggerer:
         self._bag = runs.DagBag()
         #: What this triggerer held at its last turn that reached the database.
         self._held: list[claims.Assigned] = []
+        #: Whether a turn gave up on the database because of a stop request.
+        self._gave_up = False
 
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Run until stopped, ``num_loops`` turns, or ``until()`` says so."""
-        outage.ride_out(self._register, what="registering the triggerer")
+        try:
+            outage.ride_out(self._register, what="registering the triggerer",
+                            give_up=lifecycle.stop_requested.is_set)  # fmt: skip
+        except outage.GaveUp:
+            log.warning("stopped before it began: the database is out of reach")
+            return
         self._launch_runner()
         try:
             while not lifecycle.stop_requested.is_set():
@@ -113,7 +120,11 @@ class Triggerer:
                         give_up=lifecycle.stop_requested.is_set, meanwhile=self._between_attempts,
                     )  # fmt: skip
                 except outage.GaveUp:
-                    break  # stopping while the database is away
+                    log.warning("stopping while the database is out of reach; what the "
+                                "runner reported and was not written is reported again "
+                                "when a triggerer runs those triggers")  # fmt: skip
+                    self._gave_up = True
+                    break
                 if self.on_loop is not None:
                     self.on_loop(summary)
                 if num_loops is not None and self.loops >= num_loops:
@@ -349,7 +360,8 @@ class Triggerer:
                 claims.release(session, self._job())
 
         try:
-            tolerance = min(10.0, self.settings.database.outage_tolerance)
+            # Once a stop gave up on the database, one attempt: the grace period is spent.
+            tolerance = 0 if self._gave_up else min(10.0, self.settings.database.outage_tolerance)
             outage.ride_out(write, what="recording that the triggerer stopped",
                             tolerance=tolerance)  # fmt: skip
         except (exc.SQLAlchemyError, orm.DatabaseUnavailable) as error:

@@ -12,6 +12,7 @@ import time
 
 from spawnflow.bootstrap import lifecycle, logs, startmethods
 from spawnflow.bootstrap import settings as settings_module
+from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.wire import Channel
 from spawnflow.comms.tasks import RunTask, TaskFinished, WorkerAlive
 from spawnflow.processors.worker.supervisor import TaskSupervisor
@@ -24,7 +25,7 @@ def run(channel: Channel, *, xcom_backend=None) -> None:
     log = logs.get_logger("spawnflow.worker")
     try:
         startmethods.start_forkserver_early(startmethods.for_role(settings, "task")[0])
-    except OSError as error:  # the first task's launch tries again, and fails that try
+    except (OSError, UserError) as error:  # the first launch tries again, failing its try
         log.warning("could not start the forkserver before the first task", error=str(error))
     interval = settings.executor.heartbeat_interval
     last_said = 0.0
