@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.state import State, pass_state
+from spawnflow.commands.state import State, pass_state, take_stop_requests
 
 
 @click.command("dag-processor", short_help="Parse Dag files and store the Dags they define.")
@@ -28,9 +28,8 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
         console=True,
         console_level=None if state.verbose else "WARNING",
     )  # first: waiting out an outage at start-up is logged
+    take_stop_requests()  # before the wait for the database: a stop ends it
     state.ready_to_work()
-    lifecycle.install()
-    lifecycle.defer_warm_stop()
     manager = DagFileProcessorManager(settings)
     try:
         summaries = manager.run(once=once, num_runs=num_runs)

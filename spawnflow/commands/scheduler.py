@@ -6,7 +6,13 @@ import sys
 
 import click
 
-from spawnflow.commands.state import State, pass_state, require_writable_logs, wait_for_database
+from spawnflow.commands.state import (
+    State,
+    pass_state,
+    require_writable_logs,
+    take_stop_requests,
+    wait_for_database,
+)  # fmt: skip
 
 
 def console_logging(state: State, role: str) -> None:
@@ -36,9 +42,8 @@ def scheduler_command(state: State, num_loops: int | None, exit_when_idle: bool)
     from spawnflow.processors.scheduler.job import Scheduler
 
     console_logging(state, "scheduler")  # first: waiting out an outage is logged
+    take_stop_requests()  # before the wait for the database: a stop ends it
     settings = state.ready_to_work()
-    lifecycle.install()
-    lifecycle.defer_warm_stop()
     idle = [False]
 
     def note(summary) -> None:
@@ -66,7 +71,7 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     Ctrl-C or SIGTERM stops the whole process tree (warm); a second Ctrl-C stops it
     at once."""
     from spawnflow import xcoms
-    from spawnflow.bootstrap import lifecycle, orm
+    from spawnflow.bootstrap import orm
     from spawnflow.models import schema
     from spawnflow.services import standalone
 
@@ -74,6 +79,7 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     xcom_backend = xcoms.check(settings)  # a backend that cannot load stops us here
     console_logging(state, "standalone")  # first: waiting out an outage is logged
     require_writable_logs(settings)
+    take_stop_requests()  # before the wait for the database: a stop ends it
     wait_for_database(create=True)
     orm.require_writable()
     before, after = schema.migrate()
@@ -87,8 +93,6 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     if not xcom_backend.is_database:
         where = ", through a helper process per task" if xcom_backend.in_helper else ""
         click.echo(f"XComs:    {xcom_backend.name} backend{where}")
-    lifecycle.install()
-    lifecycle.defer_warm_stop()
     tty = sys.stdout.isatty()
 
     def show(line: str) -> None:

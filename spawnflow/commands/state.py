@@ -89,10 +89,27 @@ def require_writable_logs(snapshot: Settings) -> None:
 
 
 def wait_for_database(*, create: bool = False) -> None:
-    """Connect once, riding out an outage of up to ``[database] outage_tolerance``."""
-    from spawnflow.bootstrap import orm, outage
+    """Connect once, riding out an outage of up to ``[database] outage_tolerance``; a
+    stop request (see :func:`take_stop_requests`) ends the wait, exit code 130 or 143."""
+    from spawnflow.bootstrap import lifecycle, orm, outage
 
-    outage.ride_out(lambda: orm.ping(create=create), what="connecting at start-up")
+    try:
+        outage.ride_out(lambda: orm.ping(create=create), what="connecting at start-up",
+                        give_up=lifecycle.stop_requested.is_set)  # fmt: skip
+    except (outage.GaveUp, lifecycle.WarmStop):  # one stop request, or two at once
+        click.echo("Stopped while waiting for the database.", err=True)
+        raise click.exceptions.Exit(lifecycle.signal_exit_code() or 130) from None
+
+
+def take_stop_requests() -> None:
+    """From here on Ctrl-C and SIGTERM ask this command to stop (warm; a second one:
+    at once), whatever the shell that started it did with SIGINT (a shell without job
+    control starts a background command with SIGINT ignored, and Python then installs
+    no KeyboardInterrupt of its own)."""
+    from spawnflow.bootstrap import lifecycle
+
+    lifecycle.install()
+    lifecycle.defer_warm_stop()
 
 
 pass_state = click.make_pass_decorator(State)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from spawnflow.commands.output import table
-from spawnflow.commands.state import State, pass_state
+from spawnflow.commands.state import State, pass_state, take_stop_requests
 
 
 @click.command("triggerer", short_help="Run the triggers of deferred tasks and asset watchers.")
@@ -25,9 +25,8 @@ def triggerer_command(state: State, capacity: int | None, num_loops: int | None)
     from spawnflow.processors.triggerer.job import Triggerer
 
     console_logging(state, "triggerer")  # first: waiting out an outage is logged
+    take_stop_requests()  # before the wait for the database: a stop ends it
     settings = state.ready_to_work()
-    lifecycle.install()
-    lifecycle.defer_warm_stop()
     try:
         Triggerer(settings, capacity=capacity).run(num_loops=num_loops)
     except lifecycle.WarmStop:  # a second stop request: stopped at once

@@ -6,6 +6,9 @@ and new ones are refused, as in a restart, a failover or a network blip.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +21,7 @@ import sqlalchemy as sa
 from spawnflow.bootstrap import orm
 from tests.conftest import SERVER_URLS, _server_database
 from tests.faults.proxy import TcpProxy
-from tests.oskit import press_ctrl_c
+from tests.oskit import press_ctrl_c, start_in_console
 from tests.scheduler.test_e2e import (
     all_gone,
     descendants,
@@ -152,7 +155,14 @@ def stopped_in_an_outage(
     as they were before the cut."""
     if working is None:
         proxy.cut()
-    process = start(command, env={**env, "SPAWNFLOW__DATABASE__OUTAGE_TOLERANCE": "3600"})
+    # Started as a shell without job control starts a background command, SIGINT ignored
+    # (Python then raises no KeyboardInterrupt): only spawnflow's own handling stops it.
+    process = start_in_console(
+        [sys.executable, "-m", "spawnflow", command],
+        env={**env, "SPAWNFLOW__DATABASE__OUTAGE_TOLERANCE": "3600"},
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
     family = []
     try:
         if working is not None:
