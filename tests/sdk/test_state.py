@@ -153,3 +153,84 @@ def test_an_object_written_for_a_value_the_parent_refuses_is_purged():
         asyncio.run(store.aset("k", "y" * 100))
     assert sorted(backend.purged) == sorted(backend.objects)  # nothing left behind
     assert len(backend.purged) == 2
+
+
+def test_object_storage_keeps_small_values_in_the_row_and_gzips_the_others(tmp_path, make_settings):
+    from spawnflow.xcoms.objectstorage import ObjectStorageStateBackend
+
+    settings = make_settings(**{
+        "state_store.backend": "objectstorage",
+        "state_store.objectstorage_path": tmp_path.as_uri(),
+        "state_store.objectstorage_threshold": "1024",
+        "state_store.objectstorage_compression": "gzip",
+    })  # fmt: skip
+    store, parent = store_with(ObjectStorageStateBackend(settings))
+    store.set("small", "x" * 10)
+    store.set("big", "y" * 5000)
+
+    assert parent.rows["small"] == ('"xxxxxxxxxx"', None)  # below the threshold: in the row
+    value, reference = parent.rows["big"]
+    assert value is None
+    assert reference is not None
+    (stored,) = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert stored.read_bytes()[:2] == b"\x1f\x8b"  # gzip's magic number
+    assert store.get("big") == "y" * 5000
+    assert asyncio.run(store.aget("big")) == "y" * 5000
+    store.delete("big")
+    assert not stored.exists()  # the replaced object is purged
+
+
+def test_the_default_threshold_offloads_every_value(tmp_path, make_settings):
+    from spawnflow.xcoms.objectstorage import ObjectStorageStateBackend
+
+    settings = make_settings(**{"state_store.backend": "objectstorage",
+                                "state_store.objectstorage_path": tmp_path.as_uri()})  # fmt: skip
+    assert settings.state_store.objectstorage_threshold == 0
+    store, parent = store_with(ObjectStorageStateBackend(settings))
+    store.set("tiny", 1)
+    assert parent.rows["tiny"][0] is None
+    assert parent.rows["tiny"][1] is not None
+    assert store.get("tiny") == 1
+
+
+class NativelyAsyncBackend(RecordingBackend):
+    """Overrides the async hooks: the accessors await them, and never the sync ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.awaited: list[str] = []
+
+    async def aserialize(self, text, *, ref):
+        self.awaited.append("aserialize")
+        return text.encode()
+
+    async def adeserialize(self, data, *, ref):
+        self.awaited.append("adeserialize")
+        return data.decode()
+
+    async def astore(self, data, *, ref):
+        self.awaited.append("astore")
+        self.objects[ref.key] = data
+        return ref.key
+
+    async def aload(self, reference, *, ref):
+        self.awaited.append("aload")
+        return self.objects[reference]
+
+    async def apurge(self, reference, *, ref):
+        self.awaited.append("apurge")
+
+
+def test_a_natively_async_backend_is_awaited_not_run_in_a_thread():
+    backend = NativelyAsyncBackend()
+    store, _ = store_with(backend)
+
+    async def use() -> object:
+        await store.aset("k", {"v": 1})
+        await store.aset("k", {"v": 2})
+        return await store.aget("k")
+
+    assert asyncio.run(use()) == {"v": 2}
+    assert backend.awaited == ["aserialize", "astore", "aserialize", "astore", "apurge",
+                               "aload", "adeserialize"]  # fmt: skip
+    assert backend.threads == {}  # no sync hook ran

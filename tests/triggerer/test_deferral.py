@@ -3,6 +3,9 @@ start method, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import psutil
 import pytest
 
@@ -156,14 +159,28 @@ def wait_for_gone(pid: int) -> bool:
     return gone(pid)
 
 
-def test_the_watchdog_names_a_trigger_that_blocks_the_loop(deferring):
-    settings, _, _ = deferring
+def test_the_watchdog_names_a_trigger_that_blocks_the_loop(
+    start_method, make_settings, tmp_path, deferral_url
+):
+    # The runner child sends its metrics to a StatsD "server": a socket of this test.
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.1", 0))
+    settings, _, _ = set_up(start_method, make_settings, tmp_path, deferral_url, **{
+        "metrics.statsd_host": "127.0.0.1", "metrics.statsd_port": str(server.getsockname()[1]),
+    })  # fmt: skip
     run_id = harness.trigger("blocks_the_loop")
     triggerer = start_triggerer(settings)
     try:
         schedule_until(settings, {run_id}, lambda: harness.finished(run_id))
     finally:
         triggerer.stop(grace=5)
+    server.setblocking(False)
+    sent = []
+    with contextlib.suppress(BlockingIOError):  # every datagram was sent before the stop
+        while True:
+            sent.append(server.recv(4096).decode())
+    server.close()
+    assert any(line.startswith("spawnflow.triggers.blocked_main_thread:") for line in sent), sent
 
     assert task_instance(run_id, "sleepy").state == "success"
     log = settings.logging.base_log_folder / "trigger-runner.log"
