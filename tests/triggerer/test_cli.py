@@ -88,3 +88,36 @@ def test_the_triggerer_stops_warm_on_ctrl_c_and_hands_its_triggers_back(project)
     assert "Traceback" not in out + err, err
     assert query(url, "SELECT triggerer_id FROM trigger") == [(None,)]
     assert query(url, "SELECT state FROM job WHERE job_type = 'triggerer'") == [("stopped",)]
+
+
+def test_standalones_status_line_counts_the_deferred_task(project):
+    import subprocess
+    import sys
+    import threading
+
+    from tests.oskit import start_in_console
+
+    env, _, gates = project
+    assert run("dag-processor", "--once", env=env).exit_code == 0
+    assert run("dags", "trigger", "waits_for_a_gate", env=env).exit_code == 0
+    standalone = start_in_console(
+        [sys.executable, "-m", "spawnflow", "standalone", "--exit-when-idle"], env=env,
+        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    lines: list[str] = []  # one reader of the pipe: this thread
+    reader = threading.Thread(target=lambda: lines.extend(standalone.stdout), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any("1 deferred" in line for line in lines),
+                 what="the status line to count the deferred task")  # fmt: skip
+        (gates / "open").write_text("")  # the trigger fires; the task resumes and ends
+        standalone.wait(timeout=300)
+    finally:
+        if standalone.poll() is None:
+            press_ctrl_c(standalone)
+            standalone.wait(timeout=60)
+        reader.join(timeout=60)
+        standalone.stdout.close()
+    assert standalone.returncode == 0, "".join(lines)
+    deferred = next(line for line in lines if "1 deferred" in line)
+    assert "scheduler: 1 active run(s), 0 task(s) running, 1 deferred" in deferred
