@@ -77,6 +77,12 @@ def test_a_watcher_event_written_twice_is_recorded_once_with_its_state(rows):
     assert xcom.decode(kept) == ["a.csv"]
 
 
+def test_a_watcher_event_with_a_partition_key_is_an_asset_event_for_that_partition(rows):
+    assert submit(fired(rows["watcher"], partition_key="2026-12-01"), rows["job"]) == 1
+    with orm.session_scope(write=False) as session:
+        assert session.scalar(select(AssetEvent.partition_key)) == "2026-12-01"
+
+
 def test_state_larger_than_the_limit_is_left_out_but_the_event_is_recorded(rows):
     huge = {"seen": xcom.encode(["x" * 2000])}
     assert submit(fired(rows["watcher"], state=huge), rows["job"]) == 1
@@ -139,3 +145,17 @@ def test_a_deleted_triggers_id_is_never_given_again(rows):
         session.add(again)
         session.flush()
         assert again.id > newest
+
+
+def test_the_runner_passes_a_partition_key_on_and_drops_an_event_whose_key_is_unusable():
+    from spawnflow.comms.triggers import RunTrigger
+    from spawnflow.processors.triggerer import runner
+    from spawnflow.sdk.triggers import TriggerEvent
+
+    spec = RunTrigger(trigger_id=3, classpath="x.Y", kwargs="{}", owner="asset file://w",
+                      asset_uri="file://w")  # fmt: skip
+    sent = runner._fired(spec, TriggerEvent({"path": "a.csv"}, partition_key="2026-12-01"))
+    assert sent is not None
+    assert sent.partition_key == "2026-12-01"
+    for unusable in ("", "k" * (runner.MAX_KEY + 1)):
+        assert runner._fired(spec, TriggerEvent({}, partition_key=unusable)) is None
