@@ -27,8 +27,9 @@ class SpawnflowGroup(click.Group):
         except UserError as error:
             raise click.ClickException(_sentence(str(error))) from None
         except KeyboardInterrupt:
-            # Ctrl-C before the command took over stop requests (while it waited for
-            # the database at start-up, say): the code shells expect, not click's 1.
+            # Ctrl-C in a command that does not take stop requests itself (the
+            # long-running ones do, before they wait for the database): the code
+            # shells expect, not click's 1.
             click.echo("Aborted!", err=True)
             raise click.exceptions.Exit(130) from None
         except Exception as error:
