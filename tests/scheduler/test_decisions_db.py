@@ -186,3 +186,57 @@ def test_a_cleared_running_task_waits_in_restarting_until_its_supervisor_lets_go
         ti.last_heartbeat = now - datetime.timedelta(minutes=1)
     Scheduler(settings, executor=Holding(0), only_runs={run_id}).run(num_loops=1)
     assert harness.task_instances(run_id)["t0"].state == "none"
+
+
+CASCADE = """
+from spawnflow import CommandTask, Dag
+
+with Dag("cascade"):
+    root = CommandTask("root", "exit 0")
+    for n in range(300):
+        root >> CommandTask(f"leaf{n}", "exit 0")
+    root >> CommandTask("a", "exit 0") >> CommandTask("b", "exit 0")
+"""
+
+
+def test_one_pass_writes_its_decisions_together_and_sees_those_it_made(
+    database_url, make_settings, tmp_path
+):
+    """A pass reads a run's task instances as rows, not ORM objects, and writes each kind
+    of change with one statement (on PostgreSQL an id array, elsewhere IN): a root's
+    failure reaches the 300 leaves and ``a``, and through ``a`` reaches ``b`` in the same
+    pass, which ends the run."""
+    from sqlalchemy import update
+
+    from spawnflow.models import schema
+    from spawnflow.processors.scheduler import runs
+
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / "cascade.py").write_text(CASCADE)
+    settings = make_settings(**{
+        "database.url": database_url, "core.dags_folder": str(tmp_path / "dags"),
+        "core.load_examples": "false",
+    })  # fmt: skip
+    schema.reset(database_url)
+    DagFileProcessorManager(settings).run(once=True)
+    bag = runs.DagBag()
+    run_id = harness.trigger("cascade")
+    with orm.session_scope() as session:
+        runs.start_queued_runs(session, bag, runs.utcnow(), {run_id})
+        session.flush()
+        session.execute(update(TaskInstance).where(
+            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "root"
+        ).values(state="failed"))  # fmt: skip
+
+    with orm.session_scope() as session:
+        assert runs.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 303
+        loaded = [o for o in session.identity_map.values() if isinstance(o, TaskInstance)]
+        assert loaded == []
+
+    tis = harness.task_instances(run_id)
+    downstream = {task_id: ti for task_id, ti in tis.items() if task_id != "root"}
+    assert len(downstream) == 302
+    assert {(ti.state, ti.reason) for ti in downstream.values()} == {
+        ("upstream_failed", "an upstream task failed")
+    }
+    assert harness.run_state(run_id) == "failed"

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, overload
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from spawnflow.comms.states import DagRunState, RunType, TaskState
@@ -201,7 +201,13 @@ def start_queued_runs(
 
 
 def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None) -> int:
-    """Decide about the waiting task instances of running runs; how many changed."""
+    """Decide about the waiting task instances of running runs; how many changed.
+
+    A run's task instances are read as (id, task_id, state, next_try_at) rows, not as
+    ORM objects, and what changed is written with one UPDATE per kind of change: at 800
+    tasks in a run, loading every task instance as an object on every loop was most of
+    the scheduler's time.
+    """
     query = select(DagRun).where(DagRun.state == DagRunState.RUNNING)
     if only is not None:
         query = query.where(DagRun.id.in_(only))
@@ -211,59 +217,105 @@ def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[in
         doc = bag.get(session, run.dag_id)
         if doc is None:
             continue
-        tis = {ti.task_id: ti for ti in session.scalars(
-            select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
-        )}  # fmt: skip
-        changed += _follow_dag_changes(session, run, doc, tis, now)
+        rows = session.execute(
+            select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state,
+                   TaskInstance.next_try_at)
+            .where(TaskInstance.dag_run_id == run.id)
+        ).all()  # fmt: skip
+        tis = _RunTasks(session, run, {row.task_id: (row.id, row.state) for row in rows})
+        _follow_dag_changes(tis, doc, now)
+        retry_at = {row.task_id: row.next_try_at for row in rows}
         for task in doc.tasks:
-            ti = tis[task.task_id]
-            if ti.state == TaskState.UP_FOR_RETRY:
-                if ti.next_try_at is None or aware(ti.next_try_at) <= now:
-                    ti.state, ti.next_try_at = TaskState.SCHEDULED, None
-                    changed += 1
+            state = tis.state(task.task_id)
+            if state == TaskState.UP_FOR_RETRY:
+                due = retry_at.get(task.task_id)
+                if due is None or aware(due) <= now:
+                    tis.move(task.task_id, state=TaskState.SCHEDULED, next_try_at=None)
                 continue
-            if ti.state != TaskState.NONE:
+            if state != TaskState.NONE:
                 continue
-            upstream = [tis[u].state for u in task.upstream if u in tis]
+            upstream = [tis.state(u) for u in task.upstream if u in tis]
             decision = decisions.decide(task.trigger_rule, upstream)
             if decision == decisions.RUN:
-                ti.state = TaskState.SCHEDULED
+                tis.move(task.task_id, state=TaskState.SCHEDULED)
             elif decision != decisions.WAIT:
-                ti.state, ti.start_date, ti.end_date = decision, now, now
-                ti.reason = _REASONS[decision]
-            else:
-                continue
-            changed += 1
-        state = decisions.run_state(ti.state for ti in tis.values())
-        if state is not None:
-            run.state, run.end_date = state, now
+                tis.move(task.task_id, state=decision, start_date=now, end_date=now,
+                         reason=_REASONS[decision])  # fmt: skip
+        changed += tis.write()
+        ended = decisions.run_state(tis.states())
+        if ended is not None:
+            run.state, run.end_date = ended, now
             changed += 1
     return changed
 
 
-def _follow_dag_changes(
-    session: Session, run: DagRun, doc: serialize.SerializedDag, tis: dict[str, TaskInstance],
-    now: dt.datetime,
-) -> int:  # fmt: skip
-    """The Dag file changed while ``run`` was going: add new tasks, retire removed ones."""
-    changed = 0
+class _RunTasks:
+    """The task instances of one run as ids and states, and the changes decided for
+    them, written together by :meth:`write`."""
+
+    def __init__(self, session: Session, run: DagRun, rows: dict[str, tuple[int, str]]) -> None:
+        self.session, self.run = session, run
+        self._rows = rows
+        #: (state it had, what to set) -> ids; the state it had guards the UPDATE, so a
+        #: task instance somebody else changed meanwhile keeps what they wrote.
+        self._moves: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = {}
+        self._added = 0
+
+    def __contains__(self, task_id: str) -> bool:
+        return task_id in self._rows
+
+    def state(self, task_id: str) -> str:
+        return self._rows[task_id][1]
+
+    def states(self) -> list[str]:
+        return [state for _, state in self._rows.values()]
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(task_id, state) for task_id, (_, state) in self._rows.items()]
+
+    def add(self, task_id: str, max_tries: int) -> None:
+        ti = TaskInstance(
+            dag_run_id=self.run.id, dag_id=self.run.dag_id, task_id=task_id,
+            state=TaskState.NONE, try_number=0, max_tries=max_tries,
+        )  # fmt: skip
+        self.session.add(ti)
+        self.session.flush()  # for its id: it may be decided about in this same pass
+        self._rows[task_id] = (ti.id, TaskState.NONE)
+        self._added += 1
+
+    def move(self, task_id: str, **values: Any) -> None:
+        """Decide ``values`` for ``task_id``; later decisions of this pass see its state."""
+        ti_id, was = self._rows[task_id]
+        self._moves.setdefault((was, tuple(sorted(values.items()))), []).append(ti_id)
+        self._rows[task_id] = (ti_id, values["state"])
+
+    def write(self) -> int:
+        """Write what was decided, one statement per kind of change; how many task
+        instances were added or changed."""
+        for (was, values), ids in self._moves.items():
+            self.session.execute(
+                update(TaskInstance)
+                .where(one_of(self.session, TaskInstance.id, ids), TaskInstance.state == was)
+                .values(dict(values))
+                .execution_options(synchronize_session=False)
+            )
+        written = self._added + sum(len(ids) for ids in self._moves.values())
+        self._moves.clear()
+        self._added = 0
+        return written
+
+
+def _follow_dag_changes(tis: _RunTasks, doc: serialize.SerializedDag, now: dt.datetime) -> None:
+    """The Dag file changed while the run was going: add new tasks, retire removed ones."""
     for task in doc.tasks:
         if task.task_id not in tis:
-            ti = TaskInstance(
-                dag_run_id=run.id, dag_id=run.dag_id, task_id=task.task_id,
-                state=TaskState.NONE, try_number=0, max_tries=task.retries,
-            )  # fmt: skip
-            session.add(ti)
-            tis[task.task_id] = ti
-            changed += 1
+            tis.add(task.task_id, task.retries)
     waiting = (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY)
     known = {task.task_id for task in doc.tasks}
-    for task_id, ti in tis.items():
-        if task_id not in known and ti.state in waiting:
-            ti.state, ti.end_date = TaskState.REMOVED, now
-            ti.reason = "the task is no longer in the Dag"
-            changed += 1
-    return changed
+    for task_id, state in tis.items():
+        if task_id not in known and state in waiting:
+            tis.move(task_id, state=TaskState.REMOVED, end_date=now,
+                     reason="the task is no longer in the Dag")  # fmt: skip
 
 
 def fail_stale_tasks(
