@@ -1,6 +1,7 @@
 """End-to-end task throughput and scheduling latency per start method.
 
-Two Dags of no-op Python tasks: ``fanout`` (one root, 200 tasks after it) and
+Two Dags of no-op Python tasks: ``fanout`` (one root, 200 tasks after it, or
+``--fanout N``: the scheduler's cost per loop should not grow with N) and
 ``chain`` (50 tasks one after another). For each start method, in a process of its
 own with a fresh SQLite database, each Dag gets one manual run driven by the
 scheduler and the local executor until it finishes. Printed per method: tasks per
@@ -13,7 +14,7 @@ same Dags also run on Airflow's LocalExecutor (``benchmarks/airflow_runner.py``)
 the ratios are printed; Airflow's LocalExecutor needs a server database, so pass
 ``--database-url`` (PostgreSQL) and both systems use it.
 
-    python benchmarks/scheduling.py [--methods fork,spawn] [--workers 4]
+    python benchmarks/scheduling.py [--methods fork,spawn] [--workers 4] [--fanout 800]
         [--database-url postgresql://postgres@127.0.0.1:5432/bench]
         [--airflow /tmp/airflow-venv/bin/python]
 """
@@ -42,7 +43,7 @@ def noop():
 
 with Dag("fanout", max_active_tasks=64):
     root = noop()
-    for n in range(200):
+    for n in range({fanout}):
         root >> noop()
 
 with Dag("chain"):
@@ -54,7 +55,7 @@ with Dag("chain"):
 """
 
 
-def measure(method: str, workers: int, url: str | None) -> dict:
+def measure(method: str, workers: int, url: str | None, fanout: int) -> dict:
     """In this process: run both Dags under ``method`` and collect the figures."""
     import psutil
     from sqlalchemy import select
@@ -69,7 +70,7 @@ def measure(method: str, workers: int, url: str | None) -> dict:
 
     home = Path(tempfile.mkdtemp(prefix="spawnflow-bench-"))
     (home / "dags").mkdir()
-    (home / "dags" / "bench.py").write_text(DAGS)
+    (home / "dags" / "bench.py").write_text(DAGS.replace("{fanout}", str(fanout)))
     values = {
         "database.url": url or f"sqlite:///{(home / 'bench.db').as_posix()}",
         "core.dags_folder": str(home / "dags"), "core.load_examples": "false",
@@ -136,6 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=None)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--fanout", type=int, default=200, help="tasks after the root")
     parser.add_argument("--database-url", default=None, help="default: a SQLite file per run")
     parser.add_argument("--airflow", default=None, help="Python of a virtualenv with Airflow")
     parser.add_argument(
@@ -143,14 +145,16 @@ def main() -> None:
     )
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.airflow and args.fanout != 200:
+        parser.error("--airflow runs Airflow's 200-task fan-out: leave --fanout at 200")
     if args.measure:
-        print(json.dumps(measure(args.measure, args.workers, args.database_url)))
+        print(json.dumps(measure(args.measure, args.workers, args.database_url, args.fanout)))
         return
 
     from spawnflow.bootstrap import startmethods
 
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
-    print(f"fanout: 1 + 200 no-op tasks; chain: 50 no-op tasks; {args.workers} workers")
+    print(f"fanout: 1 + {args.fanout} no-op tasks; chain: 50 no-op tasks; {args.workers} workers")
     print(f"{'method':<11}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}"
           f"{'p95':>8}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")  # fmt: skip
     rates = {}
@@ -158,7 +162,7 @@ def main() -> None:
     for method in methods:
         done = subprocess.run(
             [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),
-             *extra],
+             "--fanout", str(args.fanout), *extra],
             capture_output=True, text=True, check=True,
         )  # fmt: skip
         r = json.loads(done.stdout.strip().splitlines()[-1])
