@@ -273,11 +273,18 @@ def blocking_matrix(places: Backends, thresholds: tuple[float, ...], calls: int)
     from spawnflow.bootstrap import metrics
 
     found = []
-    accessors = ("aget offloaded", "aget inline", "aset below", "aset above", "adelete", "aclear")
+    accessors = (
+        "aget offloaded",
+        "naive aget, inline",
+        "aset below",
+        "aset above",
+        "adelete",
+        "aclear",
+    )
     wanted = [p for p in ("none", "local fs", "S3 loopback", "S3 +200 ms") if p in places.places]
     for threshold, place, accessor in itertools.product(thresholds, wanted, accessors):
         storage, options = places.places[place]
-        kind = "naive" if accessor == "aget inline" else "spawnflow"
+        kind = "naive" if accessor.startswith("naive") else "spawnflow"
         snapshot = settings_for(storage, "database" if place == "none" else "objectstorage",
                                 False, options)  # fmt: skip
         before = metrics.total("triggers.blocked_main_thread")
@@ -306,7 +313,7 @@ async def _watched_calls(backend, place: str, accessor: str, threshold: float,
     name = f"asset watcher bench://{place} ({accessor})"
     try:
         for n in range(calls):
-            if accessor.startswith("aget"):
+            if "aget" in accessor:
                 call = store.aget("k")
             elif accessor.startswith("aset"):
                 call = store.aset("k", value + str(n))
