@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 
+import pytest
 from sqlalchemy import func, select
 
 from spawnflow.bootstrap import orm
@@ -188,6 +189,34 @@ def test_a_cleared_running_task_waits_in_restarting_until_its_supervisor_lets_go
     assert harness.task_instances(run_id)["t0"].state == "none"
 
 
+def started_run(database_url, make_settings, tmp_path, source: str, dag_id: str, **states):
+    """A migrated database with the Dags of ``source``, a started run of ``dag_id`` whose
+    task instances are in ``states`` (task id=state); the settings, a Dag bag, the run id."""
+    from sqlalchemy import update
+
+    from spawnflow.models import schema
+    from spawnflow.processors.scheduler import runs
+
+    (tmp_path / "dags").mkdir()
+    (tmp_path / "dags" / f"{dag_id}.py").write_text(source)
+    settings = make_settings(**{
+        "database.url": database_url, "core.dags_folder": str(tmp_path / "dags"),
+        "core.load_examples": "false",
+    })  # fmt: skip
+    schema.reset(database_url)
+    DagFileProcessorManager(settings).run(once=True)
+    bag = runs.DagBag()
+    run_id = harness.trigger(dag_id)
+    with orm.session_scope() as session:
+        runs.start_queued_runs(session, bag, runs.utcnow(), {run_id})
+        session.flush()
+        for task_id, state in states.items():
+            session.execute(update(TaskInstance).where(
+                TaskInstance.dag_run_id == run_id, TaskInstance.task_id == task_id
+            ).values(state=state))  # fmt: skip
+    return settings, bag, run_id
+
+
 CASCADE = """
 from spawnflow import CommandTask, Dag
 
@@ -206,27 +235,10 @@ def test_one_pass_writes_its_decisions_together_and_sees_those_it_made(
     of change with one statement (on PostgreSQL an id array, elsewhere IN): a root's
     failure reaches the 300 leaves and ``a``, and through ``a`` reaches ``b`` in the same
     pass, which ends the run."""
-    from sqlalchemy import update
-
-    from spawnflow.models import schema
     from spawnflow.processors.scheduler import runs
 
-    (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "cascade.py").write_text(CASCADE)
-    settings = make_settings(**{
-        "database.url": database_url, "core.dags_folder": str(tmp_path / "dags"),
-        "core.load_examples": "false",
-    })  # fmt: skip
-    schema.reset(database_url)
-    DagFileProcessorManager(settings).run(once=True)
-    bag = runs.DagBag()
-    run_id = harness.trigger("cascade")
-    with orm.session_scope() as session:
-        runs.start_queued_runs(session, bag, runs.utcnow(), {run_id})
-        session.flush()
-        session.execute(update(TaskInstance).where(
-            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "root"
-        ).values(state="failed"))  # fmt: skip
+    _, bag, run_id = started_run(database_url, make_settings, tmp_path, CASCADE, "cascade",
+                                 root="failed")  # fmt: skip
 
     with orm.session_scope() as session:
         assert runs.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 303
@@ -240,3 +252,54 @@ def test_one_pass_writes_its_decisions_together_and_sees_those_it_made(
         ("upstream_failed", "an upstream task failed")
     }
     assert harness.run_state(run_id) == "failed"
+
+
+RETIRING = """
+from spawnflow import CommandTask, Dag
+
+with Dag("retiring"):
+    CommandTask("root", "exit 0")
+    CommandTask("gone", "exit 0")
+"""
+
+
+def test_a_pass_does_not_end_a_run_on_a_change_somebody_else_overtook(
+    database_url, db_backend, make_settings, tmp_path
+):
+    """The pass retires ``gone`` (no longer in the Dag) while another scheduler queues it
+    (its copy of the Dag still has it): the guarded UPDATE leaves the queued row alone, and
+    the run, whose other task succeeded, is not ended on the retirement that did not happen."""
+    if db_backend == "sqlite":
+        pytest.skip("SQLite has one writer: nobody can queue the task during the pass")
+    import sqlalchemy as sa
+    from sqlalchemy import event
+
+    from spawnflow.processors.scheduler import runs
+
+    settings, bag, run_id = started_run(database_url, make_settings, tmp_path, RETIRING,
+                                        "retiring", root="success", gone="scheduled")  # fmt: skip
+    (tmp_path / "dags" / "retiring.py").write_text(RETIRING.replace('CommandTask("gone"', "#"))
+    DagFileProcessorManager(settings).run(once=True)
+
+    other = sa.create_engine(database_url)  # the other scheduler, on its own connection
+    overtaken: list[bool] = []
+
+    def queue_it_first(conn, cursor, statement, *args) -> None:
+        if statement.startswith("UPDATE task_instance") and not overtaken:
+            overtaken.append(True)
+            with other.begin() as theirs:
+                theirs.execute(sa.text(
+                    "UPDATE task_instance SET state = 'queued' "
+                    "WHERE dag_run_id = :run AND task_id = 'gone'"
+                ), {"run": run_id})  # fmt: skip
+
+    event.listen(orm.engine(), "before_cursor_execute", queue_it_first)
+    try:
+        with orm.session_scope() as session:
+            assert runs.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 0
+    finally:
+        event.remove(orm.engine(), "before_cursor_execute", queue_it_first)
+        other.dispose()
+    assert overtaken == [True]
+    assert harness.task_instances(run_id)["gone"].state == "queued"
+    assert harness.run_state(run_id) == "running"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -25,6 +25,9 @@ from spawnflow.processors.scheduler import decisions
 from spawnflow.processors.scheduler.timetable import next_interval
 from spawnflow.sdk import serialize
 from spawnflow.sdk.schedule import zone_from_name
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import CursorResult
 
 _REASONS: dict[str, str] = {
     TaskState.UPSTREAM_FAILED: "an upstream task failed",
@@ -241,9 +244,10 @@ def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[in
             elif decision != decisions.WAIT:
                 tis.move(task.task_id, state=decision, start_date=now, end_date=now,
                          reason=_REASONS[decision])  # fmt: skip
-        changed += tis.write()
-        ended = decisions.run_state(tis.states())
-        if ended is not None:
+        written, whole = tis.write()
+        changed += written
+        ended = decisions.run_state(tis.states()) if whole else None
+        if ended is not None:  # and only from states that were all written
             run.state, run.end_date = ended, now
             changed += 1
     return changed
@@ -273,15 +277,27 @@ class _RunTasks:
     def items(self) -> list[tuple[str, str]]:
         return [(task_id, state) for task_id, (_, state) in self._rows.items()]
 
-    def add(self, task_id: str, max_tries: int) -> None:
-        ti = TaskInstance(
-            dag_run_id=self.run.id, dag_id=self.run.dag_id, task_id=task_id,
-            state=TaskState.NONE, try_number=0, max_tries=max_tries,
-        )  # fmt: skip
-        self.session.add(ti)
-        self.session.flush()  # for its id: it may be decided about in this same pass
-        self._rows[task_id] = (ti.id, TaskState.NONE)
-        self._added += 1
+    def add(self, tasks: list[tuple[str, int]]) -> None:
+        """New task instances for ``(task_id, max_tries)``, waiting; written at once, for
+        their ids: they may be decided about in this same pass."""
+        added = [
+            TaskInstance(
+                dag_run_id=self.run.id,
+                dag_id=self.run.dag_id,
+                task_id=task_id,
+                state=TaskState.NONE,
+                try_number=0,
+                max_tries=max_tries,
+            )
+            for task_id, max_tries in tasks
+        ]
+        if not added:
+            return
+        self.session.add_all(added)
+        self.session.flush()
+        for ti in added:
+            self._rows[ti.task_id] = (ti.id, TaskState.NONE)
+        self._added += len(added)
 
     def move(self, task_id: str, **values: Any) -> None:
         """Decide ``values`` for ``task_id``; later decisions of this pass see its state."""
@@ -289,27 +305,37 @@ class _RunTasks:
         self._moves.setdefault((was, tuple(sorted(values.items()))), []).append(ti_id)
         self._rows[task_id] = (ti_id, values["state"])
 
-    def write(self) -> int:
-        """Write what was decided, one statement per kind of change; how many task
-        instances were added or changed."""
+    def write(self) -> tuple[int, bool]:
+        """Write what was decided, one statement per kind of change (in chunks, for
+        SQLite's limit on parameters); how many task instances were added or changed, and
+        whether every change was written. One is not when somebody changed its row
+        after this pass read it (another scheduler queued a task this pass retires)."""
+        written, whole = self._added, True
         for (was, values), ids in self._moves.items():
-            self.session.execute(
-                update(TaskInstance)
-                .where(one_of(self.session, TaskInstance.id, ids), TaskInstance.state == was)
-                .values(dict(values))
-                .execution_options(synchronize_session=False)
-            )
-        written = self._added + sum(len(ids) for ids in self._moves.values())
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                done = self.session.execute(
+                    update(TaskInstance)
+                    .where(one_of(self.session, TaskInstance.id, chunk),
+                           TaskInstance.state == was)
+                    .values(dict(values))
+                    .execution_options(synchronize_session=False)
+                )  # fmt: skip
+                matched = cast("CursorResult[Any]", done).rowcount
+                written += matched
+                whole = whole and matched == len(chunk)
         self._moves.clear()
         self._added = 0
-        return written
+        return written, whole
+
+
+#: Ids per UPDATE: below SQLite's oldest limit of 999 parameters per statement.
+_CHUNK = 900
 
 
 def _follow_dag_changes(tis: _RunTasks, doc: serialize.SerializedDag, now: dt.datetime) -> None:
     """The Dag file changed while the run was going: add new tasks, retire removed ones."""
-    for task in doc.tasks:
-        if task.task_id not in tis:
-            tis.add(task.task_id, task.retries)
+    tis.add([(task.task_id, task.retries) for task in doc.tasks if task.task_id not in tis])
     waiting = (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY)
     known = {task.task_id for task in doc.tasks}
     for task_id, state in tis.items():
