@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -47,3 +48,10 @@ def start_s3() -> tuple[subprocess.Popen, str]:
                 server.kill()
                 raise
             time.sleep(0.2)
+
+
+def summary(values: list[float]) -> tuple[float, float]:
+    """The median and the p95 of ``values``."""
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered), p95

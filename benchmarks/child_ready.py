@@ -23,10 +23,10 @@ nor ``multiprocess`` (a stdlib child would otherwise import ``multiprocess`` and
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 
+from _setup import summary
 from _targets import bare_idle, bare_target
 
 
@@ -76,12 +76,6 @@ def rss_launcher(method: str, spec) -> int:
     report = child.channel.recv(timeout=60)
     child.stop(grace=10)
     return report.peak_rss_bytes
-
-
-def summary(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered), p95
 
 
 KINDS = ("stdlib", "multiprocess", "launcher")

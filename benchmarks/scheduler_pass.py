@@ -22,12 +22,11 @@ names a server (PostgreSQL or MySQL/MariaDB; its tables are reset).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from _setup import install_settings
+from _setup import install_settings, summary
 
 DAG = """
 from spawnflow import Dag, task
@@ -43,12 +42,6 @@ with Dag("fanout_{n}", max_active_tasks=1000):
     for n in range({n}):
         root >> noop()
 """
-
-
-def summary(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return statistics.median(ordered), p95
 
 
 def set_states(run_id: int, root: str, leaves: dict[str, list[str]]) -> None:

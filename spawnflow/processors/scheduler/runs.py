@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, cast, overload
+from typing import Any, overload
 
 from sqlalchemy import func, select, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from spawnflow.comms.states import DagRunState, RunType, TaskState
@@ -25,9 +26,6 @@ from spawnflow.processors.scheduler import decisions
 from spawnflow.processors.scheduler.timetable import next_interval
 from spawnflow.sdk import serialize
 from spawnflow.sdk.schedule import zone_from_name
-
-if TYPE_CHECKING:
-    from sqlalchemy.engine import CursorResult
 
 _REASONS: dict[str, str] = {
     TaskState.UPSTREAM_FAILED: "an upstream task failed",
@@ -306,7 +304,7 @@ class _RunTasks:
         self._rows[task_id] = (ti_id, values["state"])
 
     def write(self) -> tuple[int, bool]:
-        """Write what was decided, one statement per kind of change (in chunks, for
+        """Write what was decided, once, one statement per kind of change (in chunks, for
         SQLite's limit on parameters); how many task instances were added or changed, and
         whether every change was written. One is not when somebody changed its row
         after this pass read it (another scheduler queued a task this pass retires)."""
@@ -321,11 +319,9 @@ class _RunTasks:
                     .values(dict(values))
                     .execution_options(synchronize_session=False)
                 )  # fmt: skip
-                matched = cast("CursorResult[Any]", done).rowcount
-                written += matched
-                whole = whole and matched == len(chunk)
-        self._moves.clear()
-        self._added = 0
+                assert isinstance(done, CursorResult)  # an UPDATE's result counts its rows
+                written += done.rowcount
+                whole = whole and done.rowcount == len(chunk)
         return written, whole
 
 
