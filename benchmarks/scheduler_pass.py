@@ -6,9 +6,13 @@ states of it, N in 50, 200 and 800:
 - ``waiting``: the root runs, every leaf waits for it (nothing to decide: the steady
   state of a fan-out while its root runs);
 - ``mid-flight``: the root succeeded, half the leaves too, a quarter run and a quarter
-  are queued (nothing to decide either: what most loops of a busy run see);
+  are queued (nothing to decide either), and nothing changes between passes;
+- ``mid-flight, one change``: the same, but one leaf changes state between passes (what
+  most loops of a busy run see: some task finished since the last one);
 - ``release``: the root just succeeded and every leaf is scheduled in this pass (the
   leaves are set back to waiting between passes, outside the timing).
+
+The passes share one ``RunsSeen``, as a scheduler's loops do.
 
 Printed per state and size: the median and p95 of a pass in ms, and the ratio of the
 median against the 50-task run's in the same process (flat is 1.0 for the states with
@@ -63,17 +67,17 @@ def set_states(run_id: int, root: str, leaves: dict[str, list[str]]) -> None:
                                         reason=None))  # fmt: skip
 
 
-def time_passes(bag, run_id: int, passes: int, before=None) -> list[float]:
+def time_passes(bag, seen, run_id: int, passes: int, before=None) -> list[float]:
     from spawnflow.bootstrap import orm
-    from spawnflow.processors.scheduler import runs
+    from spawnflow.processors.scheduler import runs, waiting
 
     times = []
-    for _ in range(passes):
+    for n in range(passes):
         if before is not None:
-            before()
+            before(n)
         started = time.perf_counter()
         with orm.session_scope() as session:
-            runs.schedule_tasks(session, bag, runs.utcnow(), {run_id})
+            waiting.schedule_tasks(session, bag, runs.utcnow(), {run_id}, seen)
         times.append(time.perf_counter() - started)
     return times
 
@@ -97,10 +101,10 @@ def main() -> None:
     from spawnflow.bootstrap import orm
     from spawnflow.comms.states import TaskState
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
-    from spawnflow.processors.scheduler import runs
+    from spawnflow.processors.scheduler import runs, waiting
 
     DagFileProcessorManager(snapshot).run(once=True)
-    bag = runs.DagBag()
+    bag, seen = runs.DagBag(), waiting.RunsSeen()
     figures: dict[str, dict[int, tuple[float, float]]] = {}
     for n in sizes:
         with orm.session_scope() as session:
@@ -119,24 +123,33 @@ def main() -> None:
         }  # fmt: skip
         for name, (root, leaf_states) in states.items():
             set_states(run_id, root, leaf_states)
-            time_passes(bag, run_id, 3)  # warm the Dag bag and the statement caches
-            figures.setdefault(name, {})[n] = summary(time_passes(bag, run_id, args.passes))
+            time_passes(bag, seen, run_id, 3)  # warm the Dag bag and the statement caches
+            figures.setdefault(name, {})[n] = summary(time_passes(bag, seen, run_id, args.passes))
 
-        def release(run_id=run_id, leaves=leaves) -> None:
+        def one_change(count: int, run_id=run_id, leaf=leaves[2 * quarter]) -> None:
+            state = TaskState.SUCCESS if count % 2 == 0 else TaskState.RUNNING
+            set_states(run_id, TaskState.SUCCESS, {state: [leaf]})
+
+        time_passes(bag, seen, run_id, 3, one_change)
+        figures.setdefault("mid-flight, one change", {})[n] = summary(
+            time_passes(bag, seen, run_id, args.passes, one_change)
+        )
+
+        def release(_count: int, run_id=run_id, leaves=leaves) -> None:
             set_states(run_id, TaskState.SUCCESS, {TaskState.NONE: leaves})
 
-        time_passes(bag, run_id, 3, release)
+        time_passes(bag, seen, run_id, 3, release)
         figures.setdefault("release", {})[n] = summary(
-            time_passes(bag, run_id, args.passes, release)
+            time_passes(bag, seen, run_id, args.passes, release)
         )
 
     print(f"one schedule_tasks pass on {url.split(':')[0]}, {args.passes} passes each")
-    print(f"{'state':<12}{'tasks':>7}{'median ms':>12}{'p95 ms':>10}"
+    print(f"{'state':<24}{'tasks':>7}{'median ms':>12}{'p95 ms':>10}"
           f"{'per task us':>13}{f'vs {sizes[0]}':>9}")  # fmt: skip
     for name, by_size in figures.items():
         base = by_size[sizes[0]][0]
         for n, (median, p95) in by_size.items():
-            print(f"{name:<12}{n + 1:>7}{median * 1e3:>12.2f}{p95 * 1e3:>10.2f}"
+            print(f"{name:<24}{n + 1:>7}{median * 1e3:>12.2f}{p95 * 1e3:>10.2f}"
                   f"{median * 1e6 / (n + 1):>13.1f}{median / base:>8.2f}x")  # fmt: skip
 
 

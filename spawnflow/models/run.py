@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    literal_column,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -87,6 +88,12 @@ class TaskInstance(Base):
     #: arguments as JSON text (the trigger's event among them, once it fired).
     next_method: Mapped[str | None] = mapped_column(String(250))
     next_kwargs: Mapped[str | None] = mapped_column(LongText)
+    #: How many times the row was updated: every UPDATE through SQLAlchemy, ORM flush
+    #: or statement, raises it (``onupdate``), whoever writes it. The scheduler sums it
+    #: per run to skip runs in which nothing changed since its last pass.
+    row_version: Mapped[int] = mapped_column(
+        Integer, default=0, server_default="0", onupdate=literal_column("row_version + 1")
+    )
 
 
 class XCom(Base):

@@ -8,6 +8,7 @@ does not know instead of guessing.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from typing import Any
 
@@ -35,7 +36,7 @@ class SerializedTask(msgspec.Struct, frozen=True):
     outlets: list[str] = msgspec.field(default_factory=list)
 
 
-class SerializedDag(msgspec.Struct, frozen=True):
+class SerializedDag(msgspec.Struct, frozen=True, dict=True):
     dag_id: str
     fileloc: str
     schedule: Schedule
@@ -59,11 +60,16 @@ class SerializedDag(msgspec.Struct, frozen=True):
     def task_ids(self) -> list[str]:
         return [task.task_id for task in self.tasks]
 
+    @functools.cached_property
+    def task_index(self) -> dict[str, int]:
+        """Each task's position in :attr:`tasks` (computed once per decoded document)."""
+        return {task.task_id: n for n, task in enumerate(self.tasks)}
+
     def task(self, task_id: str) -> SerializedTask:
-        for candidate in self.tasks:
-            if candidate.task_id == task_id:
-                return candidate
-        raise KeyError(f"Dag {self.dag_id!r} has no task {task_id!r}")
+        try:
+            return self.tasks[self.task_index[task_id]]
+        except KeyError:
+            raise KeyError(f"Dag {self.dag_id!r} has no task {task_id!r}") from None
 
 
 class DagDocument(msgspec.Struct, frozen=True):

@@ -195,7 +195,7 @@ def started_run(database_url, make_settings, tmp_path, source: str, dag_id: str,
     from sqlalchemy import update
 
     from spawnflow.models import schema
-    from spawnflow.processors.scheduler import runs
+    from spawnflow.processors.scheduler import runs, waiting
 
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / f"{dag_id}.py").write_text(source)
@@ -235,13 +235,13 @@ def test_one_pass_writes_its_decisions_together_and_sees_those_it_made(
     of change with one statement (on PostgreSQL an id array, elsewhere IN): a root's
     failure reaches the 300 leaves and ``a``, and through ``a`` reaches ``b`` in the same
     pass, which ends the run."""
-    from spawnflow.processors.scheduler import runs
+    from spawnflow.processors.scheduler import runs, waiting
 
     _, bag, run_id = started_run(database_url, make_settings, tmp_path, CASCADE, "cascade",
                                  root="failed")  # fmt: skip
 
     with orm.session_scope() as session:
-        assert runs.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 303
+        assert waiting.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 303
         loaded = [o for o in session.identity_map.values() if isinstance(o, TaskInstance)]
         assert loaded == []
 
@@ -274,7 +274,7 @@ def test_a_pass_does_not_end_a_run_on_a_change_somebody_else_overtook(
     import sqlalchemy as sa
     from sqlalchemy import event
 
-    from spawnflow.processors.scheduler import runs
+    from spawnflow.processors.scheduler import runs, waiting
 
     settings, bag, run_id = started_run(database_url, make_settings, tmp_path, RETIRING,
                                         "retiring", root="success", gone="scheduled")  # fmt: skip
@@ -296,7 +296,7 @@ def test_a_pass_does_not_end_a_run_on_a_change_somebody_else_overtook(
     event.listen(orm.engine(), "before_cursor_execute", queue_it_first)
     try:
         with orm.session_scope() as session:
-            assert runs.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 0
+            assert waiting.schedule_tasks(session, bag, runs.utcnow(), {run_id}) == 0
     finally:
         event.remove(orm.engine(), "before_cursor_execute", queue_it_first)
         other.dispose()

@@ -6,7 +6,7 @@ Pure functions, so that every rule is tested without a database.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from spawnflow.comms.states import DagRunState, TaskState
 
@@ -16,7 +16,11 @@ FAILED_STATES = (TaskState.FAILED, TaskState.UPSTREAM_FAILED)
 
 def decide(rule: str, upstream: Iterable[str]) -> str:
     """``run``, ``wait``, or the state to set: ``upstream_failed`` or ``skipped``."""
-    states = Counter(upstream)
+    return decide_counts(rule, Counter(upstream))
+
+
+def decide_counts(rule: str, states: Counter[str]) -> str:
+    """:func:`decide` from the number of upstream tasks in each state."""
     total = sum(states.values())
     finished = sum(states[s] for s in TaskState.FINISHED)
     succeeded = states[TaskState.SUCCESS]
@@ -60,7 +64,13 @@ def run_state(task_states: Iterable[str]) -> str | None:
     Failed when any task failed or could not run because of a failure; otherwise
     success once every task finished (skipped ones included).
     """
-    states = list(task_states)
-    if any(s not in TaskState.FINISHED for s in states):
+    return run_state_of_counts(Counter(task_states))
+
+
+def run_state_of_counts(counts: Mapping[str, int]) -> str | None:
+    """:func:`run_state` from the number of task instances in each state (states
+    counted zero or below are absent)."""
+    present = [state for state, count in counts.items() if count > 0]
+    if any(s not in TaskState.FINISHED for s in present):
         return None
-    return DagRunState.FAILED if any(s in FAILED_STATES for s in states) else DagRunState.SUCCESS
+    return DagRunState.FAILED if any(s in FAILED_STATES for s in present) else DagRunState.SUCCESS

@@ -35,7 +35,7 @@ from spawnflow.executors import BaseExecutor, WorkerLost
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
-from spawnflow.processors.scheduler import asset_runs, cut_short, runs
+from spawnflow.processors.scheduler import asset_runs, cut_short, runs, waiting
 from spawnflow.processors.scheduler.queueing import queue_tasks
 
 log = logs.get_logger("spawnflow.scheduler")
@@ -78,6 +78,9 @@ class Scheduler:
         self.only_runs = only_runs
         self.on_loop = on_loop
         self.bag = runs.DagBag()
+        #: Where the last passes left each running run (runs in which nothing changed
+        #: are skipped).
+        self.seen = waiting.RunsSeen()
         self.assets = asset_runs.AssetScheduling(
             settings.scheduler.max_partition_evaluations_per_loop,
             settings.scheduler.asset_partition_resync_interval,
@@ -231,7 +234,7 @@ class Scheduler:
         with orm.session_scope() as session:
             runs.start_queued_runs(session, self.bag, now, self.only_runs)
         with orm.session_scope() as session:
-            runs.schedule_tasks(session, self.bag, now, self.only_runs)
+            waiting.schedule_tasks(session, self.bag, now, self.only_runs, self.seen)
         with orm.session_scope() as session:
             timeout = self.settings.scheduler.task_heartbeat_timeout
             back_at = outage.recovered_at()

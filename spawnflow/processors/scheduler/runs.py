@@ -13,8 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, overload
 
-from sqlalchemy import func, select, update
-from sqlalchemy.engine import CursorResult
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spawnflow.comms.states import DagRunState, RunType, TaskState
@@ -22,15 +21,9 @@ from spawnflow.models.base import one_of
 from spawnflow.models.dag import DagModel, SerializedDagModel
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
-from spawnflow.processors.scheduler import decisions
 from spawnflow.processors.scheduler.timetable import next_interval
 from spawnflow.sdk import serialize
 from spawnflow.sdk.schedule import zone_from_name
-
-_REASONS: dict[str, str] = {
-    TaskState.UPSTREAM_FAILED: "an upstream task failed",
-    TaskState.SKIPPED: "its trigger rule was not met",
-}
 
 
 def utcnow() -> dt.datetime:
@@ -199,145 +192,6 @@ def start_queued_runs(
                 ))  # fmt: skip
         started += 1
     return started
-
-
-def schedule_tasks(session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None) -> int:
-    """Decide about the waiting task instances of running runs; how many changed.
-
-    A run's task instances are read as (id, task_id, state, next_try_at) rows, not as
-    ORM objects, and what changed is written with one UPDATE per kind of change: at 800
-    tasks in a run, loading every task instance as an object on every loop was most of
-    the scheduler's time.
-    """
-    query = select(DagRun).where(DagRun.state == DagRunState.RUNNING)
-    if only is not None:
-        query = query.where(DagRun.id.in_(only))
-    runs = session.scalars(query.order_by(DagRun.id).with_for_update(skip_locked=True)).all()
-    changed = 0
-    for run in runs:
-        doc = bag.get(session, run.dag_id)
-        if doc is None:
-            continue
-        rows = session.execute(
-            select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state,
-                   TaskInstance.next_try_at)
-            .where(TaskInstance.dag_run_id == run.id)
-        ).all()  # fmt: skip
-        tis = _RunTasks(session, run, {row.task_id: (row.id, row.state) for row in rows})
-        _follow_dag_changes(tis, doc, now)
-        retry_at = {row.task_id: row.next_try_at for row in rows}
-        for task in doc.tasks:
-            state = tis.state(task.task_id)
-            if state == TaskState.UP_FOR_RETRY:
-                due = retry_at.get(task.task_id)
-                if due is None or aware(due) <= now:
-                    tis.move(task.task_id, state=TaskState.SCHEDULED, next_try_at=None)
-                continue
-            if state != TaskState.NONE:
-                continue
-            upstream = [tis.state(u) for u in task.upstream if u in tis]
-            decision = decisions.decide(task.trigger_rule, upstream)
-            if decision == decisions.RUN:
-                tis.move(task.task_id, state=TaskState.SCHEDULED)
-            elif decision != decisions.WAIT:
-                tis.move(task.task_id, state=decision, start_date=now, end_date=now,
-                         reason=_REASONS[decision])  # fmt: skip
-        written, whole = tis.write()
-        changed += written
-        ended = decisions.run_state(tis.states()) if whole else None
-        if ended is not None:  # and only from states that were all written
-            run.state, run.end_date = ended, now
-            changed += 1
-    return changed
-
-
-class _RunTasks:
-    """The task instances of one run as ids and states, and the changes decided for
-    them, written together by :meth:`write`."""
-
-    def __init__(self, session: Session, run: DagRun, rows: dict[str, tuple[int, str]]) -> None:
-        self.session, self.run = session, run
-        self._rows = rows
-        #: (state it had, what to set) -> ids; the state it had guards the UPDATE, so a
-        #: task instance somebody else changed meanwhile keeps what they wrote.
-        self._moves: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = {}
-        self._added = 0
-
-    def __contains__(self, task_id: str) -> bool:
-        return task_id in self._rows
-
-    def state(self, task_id: str) -> str:
-        return self._rows[task_id][1]
-
-    def states(self) -> list[str]:
-        return [state for _, state in self._rows.values()]
-
-    def items(self) -> list[tuple[str, str]]:
-        return [(task_id, state) for task_id, (_, state) in self._rows.items()]
-
-    def add(self, tasks: list[tuple[str, int]]) -> None:
-        """New task instances for ``(task_id, max_tries)``, waiting; written at once, for
-        their ids: they may be decided about in this same pass."""
-        added = [
-            TaskInstance(
-                dag_run_id=self.run.id,
-                dag_id=self.run.dag_id,
-                task_id=task_id,
-                state=TaskState.NONE,
-                try_number=0,
-                max_tries=max_tries,
-            )
-            for task_id, max_tries in tasks
-        ]
-        if not added:
-            return
-        self.session.add_all(added)
-        self.session.flush()
-        for ti in added:
-            self._rows[ti.task_id] = (ti.id, TaskState.NONE)
-        self._added += len(added)
-
-    def move(self, task_id: str, **values: Any) -> None:
-        """Decide ``values`` for ``task_id``; later decisions of this pass see its state."""
-        ti_id, was = self._rows[task_id]
-        self._moves.setdefault((was, tuple(sorted(values.items()))), []).append(ti_id)
-        self._rows[task_id] = (ti_id, values["state"])
-
-    def write(self) -> tuple[int, bool]:
-        """Write what was decided, once, one statement per kind of change (in chunks, for
-        SQLite's limit on parameters); how many task instances were added or changed, and
-        whether every change was written. One is not when somebody changed its row
-        after this pass read it (another scheduler queued a task this pass retires)."""
-        written, whole = self._added, True
-        for (was, values), ids in self._moves.items():
-            for start in range(0, len(ids), _CHUNK):
-                chunk = ids[start : start + _CHUNK]
-                done = self.session.execute(
-                    update(TaskInstance)
-                    .where(one_of(self.session, TaskInstance.id, chunk),
-                           TaskInstance.state == was)
-                    .values(dict(values))
-                    .execution_options(synchronize_session=False)
-                )  # fmt: skip
-                assert isinstance(done, CursorResult)  # an UPDATE's result counts its rows
-                written += done.rowcount
-                whole = whole and done.rowcount == len(chunk)
-        return written, whole
-
-
-#: Ids per UPDATE: below SQLite's oldest limit of 999 parameters per statement.
-_CHUNK = 900
-
-
-def _follow_dag_changes(tis: _RunTasks, doc: serialize.SerializedDag, now: dt.datetime) -> None:
-    """The Dag file changed while the run was going: add new tasks, retire removed ones."""
-    tis.add([(task.task_id, task.retries) for task in doc.tasks if task.task_id not in tis])
-    waiting = (TaskState.NONE, TaskState.SCHEDULED, TaskState.UP_FOR_RETRY)
-    known = {task.task_id for task in doc.tasks}
-    for task_id, state in tis.items():
-        if task_id not in known and state in waiting:
-            tis.move(task_id, state=TaskState.REMOVED, end_date=now,
-                     reason="the task is no longer in the Dag")  # fmt: skip
 
 
 def fail_stale_tasks(

@@ -1,0 +1,321 @@
+"""Deciding about the waiting task instances of running runs, at a cost that does not
+grow with a run's size.
+
+Each pass reads, in one grouped statement for every running run, the run's task
+instances counted by state and a *mark*: how many rows, the sum of their
+``row_version`` and the highest id. Every UPDATE of a task instance raises its
+``row_version`` and every new one gets a higher id, so a run whose mark is the one a
+pass left it at, with nothing written since, has nothing new to decide: it is not read
+again until its mark moves, a retry falls due or its Dag changes.
+
+A run that changed is read only where decisions are made: its waiting task instances
+(``none`` and ``up_for_retry``), and the states they wait on, as rows for small sets of
+upstream tasks and as counts by state in SQL for large ones (the join after a wide
+fan-out waits on every leaf). Whether the run ended comes from the counts. Only when
+the Dag changed since a pass last reconciled the run is every row read, to add new
+tasks and retire removed ones.
+
+Rows the decisions change are read ``FOR UPDATE SKIP LOCKED`` (the runs) and written
+with one guarded UPDATE per kind of change, so that two schedulers never decide about
+the same run at once and a row somebody else changed meanwhile keeps what they wrote.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import CursorResult
+from sqlalchemy.orm import Session
+
+from spawnflow.comms.states import DagRunState, TaskState
+from spawnflow.models.base import one_of
+from spawnflow.models.run import DagRun, TaskInstance
+from spawnflow.processors.scheduler import decisions
+from spawnflow.processors.scheduler.runs import DagBag, aware
+from spawnflow.sdk import serialize
+
+_REASONS: dict[str, str] = {
+    TaskState.UPSTREAM_FAILED: "an upstream task failed",
+    TaskState.SKIPPED: "its trigger rule was not met",
+}
+_WAITING = (TaskState.NONE, TaskState.UP_FOR_RETRY)
+#: Ids per statement: below SQLite's oldest limit of 999 parameters per statement.
+_CHUNK = 900
+#: Upstream sets larger than this are counted by state in SQL instead of read as rows.
+_COUNT_ABOVE = 64
+
+#: (rows, sum of row versions, highest id) of one run's task instances.
+Mark = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    mark: Mark
+    doc: serialize.SerializedDag
+    #: The earliest time one of the run's up_for_retry task instances falls due.
+    retry_due: dt.datetime | None
+
+
+class RunsSeen:
+    """What the scheduler's last passes left each running run at; a run that is where
+    a pass left it, with nothing written, is skipped. One per scheduler, kept across
+    passes; a scheduler that starts looks at every run once."""
+
+    def __init__(self) -> None:
+        self._runs: dict[int, _Seen] = {}
+        #: The Dag each run's task instances were last reconciled with.
+        self._reconciled: dict[int, serialize.SerializedDag] = {}
+
+    def unchanged(
+        self, run_id: int, mark: Mark, doc: serialize.SerializedDag, now: dt.datetime
+    ) -> bool:
+        seen = self._runs.get(run_id)
+        return (
+            seen is not None
+            and seen.mark == mark
+            and seen.doc is doc
+            and (seen.retry_due is None or now < seen.retry_due)
+        )
+
+    def reconciled(self, run_id: int, doc: serialize.SerializedDag) -> bool:
+        return self._reconciled.get(run_id) is doc
+
+    def remember(self, run_id: int, seen: _Seen | None, reconciled: serialize.SerializedDag):
+        self._reconciled[run_id] = reconciled
+        if seen is None:
+            self._runs.pop(run_id, None)
+        else:
+            self._runs[run_id] = seen
+
+    def keep_only(self, run_ids: Collection[int]) -> None:
+        """Forget runs that are no longer running."""
+        for memo in (self._runs, self._reconciled):
+            for run_id in [r for r in memo if r not in run_ids]:
+                del memo[run_id]
+
+
+def schedule_tasks(
+    session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None,
+    seen: RunsSeen | None = None,
+) -> int:  # fmt: skip
+    """Decide about the waiting task instances of running runs; how many changed.
+
+    ``seen`` carries what earlier passes saw (without it every run is looked at).
+    """
+    seen = seen if seen is not None else RunsSeen()
+    query = select(DagRun).where(DagRun.state == DagRunState.RUNNING)
+    if only is not None:
+        query = query.where(DagRun.id.in_(only))
+    running = session.scalars(query.order_by(DagRun.id).with_for_update(skip_locked=True)).all()
+    if only is None:
+        seen.keep_only({run.id for run in running})
+    counts, marks = _counts_and_marks(session, [run.id for run in running])
+    bag.prefetch(session, {run.dag_id for run in running})
+    changed = 0
+    for run in running:
+        doc = bag.get(session, run.dag_id)
+        mark = marks.get(run.id, (0, 0, 0))
+        if doc is None or seen.unchanged(run.id, mark, doc, now):
+            continue
+        full = not seen.reconciled(run.id, doc)
+        tis = _RunTasks(session, run, doc, counts.get(run.id, Counter()), full)
+        if full:
+            tis.follow_dag_changes(now)
+        retry_due = tis.decide(now)
+        written, whole = tis.write()
+        changed += written
+        ended = decisions.run_state_of_counts(tis.counts) if whole else None
+        if ended is not None:  # and only from states that were all written
+            run.state, run.end_date = ended, now
+            changed += 1
+        # A pass that wrote moved the mark itself: the next one looks again, once.
+        memo = _Seen(mark, doc, retry_due) if written == 0 and ended is None else None
+        seen.remember(run.id, memo, doc)
+    return changed
+
+
+def _counts_and_marks(
+    session: Session, run_ids: list[int]
+) -> tuple[dict[int, Counter[str]], dict[int, Mark]]:
+    """Each run's task instances counted by state, and each run's mark."""
+    counts: dict[int, Counter[str]] = {}
+    marks: dict[int, Mark] = {}
+    for start in range(0, len(run_ids), _CHUNK):
+        chunk = run_ids[start : start + _CHUNK]
+        for run_id, state, rows, versions, highest in session.execute(
+            select(TaskInstance.dag_run_id, TaskInstance.state, func.count(),
+                   func.sum(TaskInstance.row_version), func.max(TaskInstance.id))
+            .where(one_of(session, TaskInstance.dag_run_id, chunk))
+            .group_by(TaskInstance.dag_run_id, TaskInstance.state)
+        ):  # fmt: skip
+            counts.setdefault(run_id, Counter())[state] = rows
+            total, summed, top = marks.get(run_id, (0, 0, 0))
+            # int(): MySQL's SUM() is a DECIMAL.
+            marks[run_id] = (total + rows, summed + int(versions or 0), max(top, highest))
+    return counts, marks
+
+
+class _RunTasks:
+    """The task instances of one run a pass decides about, as ids and states, the
+    run's counts by state, and the changes decided, written together by :meth:`write`."""
+
+    def __init__(self, session: Session, run: DagRun, doc: serialize.SerializedDag,
+                 counts: Counter[str], every_row: bool) -> None:  # fmt: skip
+        self.session, self.run, self.doc = session, run, doc
+        self.counts = counts
+        query = select(
+            TaskInstance.id, TaskInstance.task_id, TaskInstance.state, TaskInstance.next_try_at
+        ).where(TaskInstance.dag_run_id == run.id)
+        if not every_row:
+            query = query.where(TaskInstance.state.in_(_WAITING))
+        rows = session.execute(query).all()
+        #: task id -> (id, state): the rows read, and the upstream rows read for them.
+        self._rows: dict[str, tuple[int, str]] = {r.task_id: (r.id, r.state) for r in rows}
+        self._retry_at = {r.task_id: r.next_try_at for r in rows}
+        self._waiting = [task_id for task_id, (_, state) in self._rows.items()
+                         if state in _WAITING]  # fmt: skip
+        #: task id -> (state it had, state decided), for large upstream sets' counts.
+        self._moved: dict[str, tuple[str, str]] = {}
+        #: (state it had, what to set) -> ids; the state it had guards the UPDATE, so a
+        #: task instance somebody else changed meanwhile keeps what they wrote.
+        self._moves: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = {}
+        self._added = 0
+
+    def follow_dag_changes(self, now: dt.datetime) -> None:
+        """The Dag changed since the run started: add new tasks, retire removed ones
+        (every row was read)."""
+        new = [task for task in self.doc.tasks if task.task_id not in self._rows]
+        added = [
+            TaskInstance(dag_run_id=self.run.id, dag_id=self.run.dag_id, task_id=task.task_id,
+                         state=TaskState.NONE, try_number=0, max_tries=task.retries)
+            for task in new
+        ]  # fmt: skip
+        if added:
+            self.session.add_all(added)
+            self.session.flush()  # for their ids: they are decided about in this pass
+            for ti in added:
+                self._rows[ti.task_id] = (ti.id, TaskState.NONE)
+                self._waiting.append(ti.task_id)
+            self.counts[TaskState.NONE] += len(added)
+            self._added += len(added)
+        known = self.doc.task_index
+        for task_id, (_, state) in list(self._rows.items()):
+            if task_id not in known and state in (*_WAITING, TaskState.SCHEDULED):
+                self._move(task_id, state=TaskState.REMOVED, end_date=now,
+                           reason="the task is no longer in the Dag")  # fmt: skip
+
+    def decide(self, now: dt.datetime) -> dt.datetime | None:
+        """Decide about every waiting task instance, in the Dag's order (so that one
+        decided here is seen by its downstream tasks); the earliest retry not due yet."""
+        index = self.doc.task_index
+        waiting = sorted((t for t in self._waiting if t in index), key=index.__getitem__)
+        tasks = [self.doc.tasks[index[task_id]] for task_id in waiting]
+        self._read_upstream_rows(tasks)
+        large: dict[frozenset[str], Counter[str]] = {}
+        #: (rule, upstream states) -> decision: the leaves of a fan-out share theirs.
+        decided: dict[tuple[str, tuple[str, ...]], str] = {}
+        retry_due: dt.datetime | None = None
+        for task in tasks:
+            state = self._rows[task.task_id][1]
+            if state == TaskState.UP_FOR_RETRY:
+                due = self._retry_at.get(task.task_id)
+                if due is None or aware(due) <= now:
+                    self._move(task.task_id, state=TaskState.SCHEDULED, next_try_at=None)
+                elif retry_due is None or aware(due) < retry_due:
+                    retry_due = aware(due)
+                continue
+            if state != TaskState.NONE:
+                continue  # retired above
+            if len(task.upstream) > _COUNT_ABOVE:
+                key = frozenset(task.upstream)
+                if key not in large:
+                    large[key] = self._count_upstream(key)
+                upstream = self._with_moves(large[key], key)
+                decision = decisions.decide_counts(task.trigger_rule, upstream)
+            else:
+                rows = self._rows
+                states = tuple(rows[u][1] for u in task.upstream if u in rows)
+                decision = decided.get((task.trigger_rule, states), "")
+                if not decision:
+                    decision = decisions.decide(task.trigger_rule, states)
+                    decided[task.trigger_rule, states] = decision
+            if decision == decisions.RUN:
+                self._move(task.task_id, state=TaskState.SCHEDULED)
+            elif decision != decisions.WAIT:
+                self._move(task.task_id, state=decision, start_date=now, end_date=now,
+                           reason=_REASONS[decision])  # fmt: skip
+        return retry_due
+
+    def _read_upstream_rows(self, tasks: list[serialize.SerializedTask]) -> None:
+        """Read the states of the small upstream sets' tasks that were not read yet."""
+        wanted = sorted({
+            upstream for task in tasks if len(task.upstream) <= _COUNT_ABOVE
+            for upstream in task.upstream if upstream not in self._rows
+        })  # fmt: skip
+        for start in range(0, len(wanted), _CHUNK):
+            for ti_id, task_id, state in self.session.execute(
+                select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state).where(
+                    TaskInstance.dag_run_id == self.run.id,
+                    one_of(self.session, TaskInstance.task_id, wanted[start : start + _CHUNK]),
+                )
+            ):
+                self._rows[task_id] = (ti_id, state)
+
+    def _count_upstream(self, upstream: frozenset[str]) -> Counter[str]:
+        """A large set of upstream tasks' states counted in SQL, as they were read."""
+        names = sorted(upstream)
+        counted: Counter[str] = Counter()
+        for start in range(0, len(names), _CHUNK):
+            for state, count in self.session.execute(
+                select(TaskInstance.state, func.count())
+                .where(TaskInstance.dag_run_id == self.run.id,
+                       one_of(self.session, TaskInstance.task_id, names[start : start + _CHUNK]))
+                .group_by(TaskInstance.state)
+            ):  # fmt: skip
+                counted[state] += count
+        return counted
+
+    def _with_moves(self, counted: Counter[str], upstream: frozenset[str]) -> Counter[str]:
+        """Counts read before this pass's decisions, with those decisions applied."""
+        states = Counter(counted)
+        for task_id, (was, now_is) in self._moved.items():
+            if task_id in upstream:
+                states[was] -= 1
+                states[now_is] += 1
+        return states
+
+    def _move(self, task_id: str, **values: Any) -> None:
+        """Decide ``values`` for ``task_id``; later decisions of this pass see its state."""
+        ti_id, was = self._rows[task_id]
+        self._moves.setdefault((was, tuple(sorted(values.items()))), []).append(ti_id)
+        self._rows[task_id] = (ti_id, values["state"])
+        first = self._moved.get(task_id, (was, was))[0]
+        self._moved[task_id] = (first, values["state"])
+        self.counts[was] -= 1
+        self.counts[values["state"]] += 1
+
+    def write(self) -> tuple[int, bool]:
+        """Write what was decided, once, one statement per kind of change (in chunks);
+        how many task instances were added or changed, and whether every change was
+        written. One is not when somebody changed its row after this pass read it
+        (another scheduler queued a task this pass retires)."""
+        written, whole = self._added, True
+        for (was, values), ids in self._moves.items():
+            for start in range(0, len(ids), _CHUNK):
+                chunk = ids[start : start + _CHUNK]
+                done = self.session.execute(
+                    update(TaskInstance)
+                    .where(one_of(self.session, TaskInstance.id, chunk),
+                           TaskInstance.state == was)
+                    .values(dict(values))
+                    .execution_options(synchronize_session=False)
+                )  # fmt: skip
+                assert isinstance(done, CursorResult)  # an UPDATE's result counts its rows
+                written += done.rowcount
+                whole = whole and done.rowcount == len(chunk)
+        return written, whole
