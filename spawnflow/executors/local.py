@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from spawnflow.bootstrap import launcher, logs
+from spawnflow.bootstrap import launcher, lifecycle, logs
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.child import ChildBootError, ExitStatus, stop_many
 from spawnflow.bootstrap.errors import UserError
@@ -129,7 +129,21 @@ class LocalExecutor(BaseExecutor):
                 worker.request_warm_stop()
 
     def wait(self, timeout: float) -> None:
-        self.watch.wait(timeout)
+        """Service the workers until one reports a task's end or is lost, a slot frees
+        or fills, a stop is requested, or ``timeout`` passes. A worker saying it is alive
+        does not end the wait: busy workers say so several times per task, and each
+        early return is a whole scheduler loop."""
+        ends = time.monotonic() + timeout
+        slots = self.free_slots()
+        while True:
+            self.watch.wait(max(0.0, ends - time.monotonic()))
+            if (
+                self._events
+                or self.free_slots() != slots
+                or lifecycle.stop_requested.is_set()
+                or time.monotonic() >= ends
+            ):
+                return
 
     def events(self) -> list[WorkerLost | TaskEnded]:
         found, self._events = self._events, []

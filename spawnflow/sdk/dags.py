@@ -127,6 +127,8 @@ class Dag:
         self.max_active_tasks = max_active_tasks
         self.description = description
         self.task_dict: dict[str, Task] = {}
+        #: The next number to try for each @task name called again (``name__N``).
+        self.next_suffix: dict[str, int] = {}
         building.record(self)
 
     def __repr__(self) -> str:

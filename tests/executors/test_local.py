@@ -87,6 +87,53 @@ def test_a_task_end_counts_only_under_the_id_of_the_request_that_started_it(
                "worker answered a request it was not running" for r in caplog.records)  # fmt: skip
 
 
+def test_the_schedulers_wait_ends_on_a_task_end_not_on_a_worker_saying_it_is_alive(
+    start_method, make_settings, monkeypatch
+):
+    """Busy workers say they are alive several times per task; the scheduler loops
+    again when a task ends (or a worker is lost), not on each of those."""
+    import datetime as dt
+    import time
+
+    from spawnflow.comms.tasks import WorkerAlive, Workload
+    from spawnflow.executors import TaskEnded
+
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:chatty_worker")
+    executor = local.LocalExecutor(settings)
+    pings = []
+    on_message = executor._on_message
+
+    def counting(watched, message):
+        pings.extend([1] if isinstance(message, WorkerAlive) else [])
+        on_message(watched, message)
+
+    monkeypatch.setattr(executor, "_on_message", counting)
+    executor.start()
+    try:
+        assert executor.watch.until(lambda: len(pings) >= 3, timeout=120)
+        before, started = len(pings), time.monotonic()
+        executor.wait(1.5)
+        assert time.monotonic() - started >= 1.5  # it waited the whole time...
+        assert len(pings) > before  # ...though the worker said it was alive meanwhile
+        assert executor.events() == []
+
+        now = dt.datetime.now(dt.UTC)
+        executor.queue(Workload(
+            ti_id=7, dag_id="d", run_id="r", task_id="t", try_number=1, dag_file="/d.py",
+            dags_folder=None, logical_date=now, data_interval_start=None,
+            data_interval_end=None, conf={}, params={}, execution_timeout=None,
+            retry_delay=0.0, log_file="/dev/null",
+        ))  # fmt: skip
+        started = time.monotonic()
+        executor.wait(300)
+        assert time.monotonic() - started < 300  # the task's end ended the wait
+        assert executor.events() == [TaskEnded(7, "success")]
+    finally:
+        executor.end(grace=5)
+
+
 def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
     start_method, make_settings, monkeypatch
 ):

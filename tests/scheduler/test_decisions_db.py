@@ -195,7 +195,7 @@ def started_run(database_url, make_settings, tmp_path, source: str, dag_id: str,
     from sqlalchemy import update
 
     from spawnflow.models import schema
-    from spawnflow.processors.scheduler import runs, waiting
+    from spawnflow.processors.scheduler import runs
 
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / f"{dag_id}.py").write_text(source)
