@@ -55,7 +55,9 @@ with Dag("chain"):
 """
 
 
-def measure(method: str, workers: int, url: str | None, fanout: int) -> dict:
+def measure(
+    method: str, workers: int, url: str | None, fanout: int, loop_interval: str | None = None
+) -> dict:
     """In this process: run both Dags under ``method`` and collect the figures."""
     import psutil
     from sqlalchemy import select
@@ -76,7 +78,7 @@ def measure(method: str, workers: int, url: str | None, fanout: int) -> dict:
         "core.dags_folder": str(home / "dags"), "core.load_examples": "false",
         "core.mp_start_method": method, "core.parallelism": "64",
         "executor.parallelism": str(workers), "executor.heartbeat_interval": "5",
-        "scheduler.loop_interval": "0.05",
+        **({"scheduler.loop_interval": loop_interval} if loop_interval else {}),
     }  # fmt: skip
     from _setup import install_settings
 
@@ -138,6 +140,11 @@ def main() -> None:
     parser.add_argument("--methods", default=None)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--fanout", type=int, default=200, help="tasks after the root")
+    parser.add_argument(
+        "--loop-interval",
+        default=None,
+        help="[scheduler] loop_interval (default: the product's default)",
+    )
     parser.add_argument("--database-url", default=None, help="default: a SQLite file per run")
     parser.add_argument("--airflow", default=None, help="Python of a virtualenv with Airflow")
     parser.add_argument(
@@ -148,7 +155,13 @@ def main() -> None:
     if args.airflow and args.fanout != 200:
         parser.error("--airflow runs Airflow's 200-task fan-out: leave --fanout at 200")
     if args.measure:
-        print(json.dumps(measure(args.measure, args.workers, args.database_url, args.fanout)))
+        print(
+            json.dumps(
+                measure(
+                    args.measure, args.workers, args.database_url, args.fanout, args.loop_interval
+                )
+            )
+        )
         return
 
     from spawnflow.bootstrap import startmethods
@@ -159,6 +172,8 @@ def main() -> None:
           f"{'p95':>8}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")  # fmt: skip
     rates = {}
     extra = ["--database-url", args.database_url] if args.database_url else []
+    if args.loop_interval:
+        extra += ["--loop-interval", args.loop_interval]
     for method in methods:
         done = subprocess.run(
             [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),

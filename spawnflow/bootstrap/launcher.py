@@ -315,6 +315,7 @@ def _child_entry(
         )
         stage = "process group"
         platform = platforms.current()
+        platform.name_process(role)
         platform.enter_own_process_group()
         if child_spec.warm_stop_group:
             platform.contain_tree()  # user code: its whole tree ends with it (Windows)

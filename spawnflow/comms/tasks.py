@@ -135,6 +135,11 @@ class Deferral(msgspec.Struct, frozen=True):
     timeout: float | None = None
 
 
+class TaskStarting(Message, frozen=True):
+    """Sent by the task process once it imported the Dag file and found the task, just
+    before the task's code runs: its ``execution_timeout`` counts from here."""
+
+
 class TaskOutcome(Message, frozen=True):
     """Sent by the task process as its last word."""
 

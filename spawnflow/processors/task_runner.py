@@ -22,7 +22,14 @@ from spawnflow.bootstrap import lifecycle, logs
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.comms import state as state_messages
 from spawnflow.comms.states import TaskState
-from spawnflow.comms.tasks import Deferral, TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.comms.tasks import (
+    Deferral,
+    TaskOutcome,
+    TaskStarting,
+    Workload,
+    XComPull,
+    XComPush,
+)
 from spawnflow.sdk import loading, runtime, state, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
@@ -59,6 +66,7 @@ def run_task(channel, workload: Workload) -> None:
                 try_number=workload.try_number, method=workload.next_method)  # fmt: skip
     try:
         task = _find_task(workload)
+        channel.send(TaskStarting())
         result = _resume(task, workload) if resuming else _execute(task, channel)
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)

@@ -35,6 +35,23 @@ def test_child_reports_ready_with_its_pid_role_and_method(start_method, make_set
         assert child.join(timeout=60).exitcode == lifecycle.EXIT_OK
 
 
+def test_a_child_is_named_after_its_role_in_ps_and_top(start_method, make_settings):
+    """On Linux the kernel's name for the process (``/proc/<pid>/comm``) is its role,
+    so that ``ps`` and ``top`` tell a spawned tree's processes apart."""
+    if not platforms.current().parent_death_signal:
+        pytest.skip("process names are set through Linux's prctl")
+    make_settings()
+    spec = ChildSpec("executor-worker", f"{TARGETS}:wait_for_go")
+    with launch(spec, method=start_method) as child:
+        child.wait_ready()
+        comm = Path(f"/proc/{child.pid}/comm").read_text().strip()
+        request_id = child.channel.next_id()
+        child.channel.send(Go(id=request_id))
+        assert child.channel.recv(timeout=60) == Finished(id=request_id)
+        child.join(timeout=60)
+    assert comm == "executor-worker"
+
+
 def test_child_settings_equal_the_parent_snapshot_after_env_and_file_change(
     start_method, home, monkeypatch
 ):

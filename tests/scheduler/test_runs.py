@@ -4,6 +4,8 @@ processes are real children)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 import pytest
 from sqlalchemy import select
@@ -116,6 +118,58 @@ def test_execution_timeout_stops_a_task_in_native_code_or_ignoring_signals(sched
         assert tis[stubborn].reason == (
             "execution_timeout of 1 seconds exceeded; the task process was killed"
         ), stubborn
+
+
+SLOW_IMPORT = """
+import time
+from pathlib import Path
+
+from spawnflow import Dag, task
+
+if Path({gate!r}).exists():  # in the task process only: the gate is made after parsing
+    time.sleep({seconds})
+
+with Dag("slow_import"):
+    @task(execution_timeout=1)
+    def quick():
+        return "done"
+
+    quick()
+"""
+
+
+def _slow_import(settings, tmp_path, seconds: float) -> int:
+    gate = tmp_path / "slow-import-gate"
+    dags = Path(settings.core.dags_folder)
+    (dags / "slow_import.py").write_text(SLOW_IMPORT.format(gate=str(gate), seconds=seconds))
+    assert DagFileProcessorManager(settings).run(once=True)[0].errors == {}
+    gate.touch()
+    return run_dag(settings, "slow_import")
+
+
+def test_execution_timeout_counts_from_the_tasks_start_not_its_dag_files_import(
+    scheduling, tmp_path
+):
+    """The Dag file takes 2 s to import in the task process, the task 1 s at most: it
+    succeeds (on a busy machine a spawned task's import alone can take longer than a
+    short timeout)."""
+    settings, _ = scheduling
+    run_id = _slow_import(settings, tmp_path, 2)
+    ti = harness.task_instances(run_id)["quick"]
+    assert (ti.state, ti.reason) == ("success", None)
+
+
+def test_a_dag_file_that_hangs_on_import_still_ends_the_try(start_method, make_settings, tmp_path):
+    settings, _ = _scheduling(start_method, make_settings, tmp_path,
+                              f"sqlite:///{tmp_path.as_posix()}/s.db",
+                              **{"dag_processor.file_parsing_timeout": "1"})  # fmt: skip
+    run_id = _slow_import(settings, tmp_path, 600)
+    ti = harness.task_instances(run_id)["quick"]
+    assert ti.state == "failed"
+    assert ti.reason.startswith(
+        "the Dag file did not import within [dag_processor] file_parsing_timeout (1 seconds) "
+        "plus the task's execution_timeout (1); the task process was "
+    ), ti.reason
 
 
 def test_a_task_killed_from_outside_fails_saying_how_it_ended(scheduling):

@@ -155,6 +155,12 @@ class Platform(msgspec.Struct, frozen=True):
         # signal will ever come, so look for ourselves.
         return _posix.pid_exists(parent_pid)
 
+    def name_process(self, role: str) -> None:
+        """Show the child's role as its process name in ``ps`` and ``top`` (Linux, where
+        every child of a spawned tree is otherwise a ``python``; elsewhere nothing)."""
+        if self.parent_death_signal and sys.platform != "win32":  # the prctl family
+            _posix.set_process_name(role)
+
     def signal_on_control_input(self, control: Any) -> int | None:
         """Have the kernel signal us when the control pipe reports the parent's death.
 

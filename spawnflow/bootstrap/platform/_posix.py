@@ -124,6 +124,11 @@ if sys.platform != "win32":
         pr_set_pdeathsig = 1
         libc().prctl(pr_set_pdeathsig, signal.SIGKILL if kill else signal.SIGTERM, 0, 0, 0)
 
+    def set_process_name(name: str) -> None:
+        """Linux: the name ``ps``, ``top`` and ``/proc/<pid>/comm`` show (15 bytes at most)."""
+        pr_set_name = 15
+        libc().prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
+
     def become_subreaper() -> None:
         """Linux: orphaned descendants are re-parented to us instead of to init."""
         pr_set_child_subreaper = 36

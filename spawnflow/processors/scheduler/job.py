@@ -40,6 +40,14 @@ from spawnflow.processors.scheduler.queueing import queue_tasks
 
 log = logs.get_logger("spawnflow.scheduler")
 ADOPTING = "adopting what a scheduler that is gone left"
+#: Longest seconds between two heartbeats of the scheduler's job row (a quarter of
+#: [scheduler] job_heartbeat_timeout when that is shorter).
+HEARTBEAT_EVERY = 5.0
+#: Longest seconds between two looks for running tasks whose supervisor stopped
+#: heartbeating (a quarter of [scheduler] task_heartbeat_timeout when shorter).
+STALE_TASKS_EVERY = 10.0
+#: Seconds between two looks for deferrals whose trigger timed out.
+DEFERRAL_TIMEOUTS_EVERY = 1.0
 
 
 @dataclass
@@ -91,6 +99,16 @@ class Scheduler:
         self._events: list = []
         #: Whether a turn gave up on the database because of a stop request.
         self._gave_up = False
+        # Checks that need not run every loop, each on a clock of its own (see
+        # _due): a loop runs as often as tasks end, up to tens of times a second.
+        job_timeout = settings.scheduler.job_heartbeat_timeout
+        task_timeout = settings.scheduler.task_heartbeat_timeout
+        self._every = {
+            "heartbeat": min(HEARTBEAT_EVERY, job_timeout / 4),
+            "stale tasks": min(STALE_TASKS_EVERY, task_timeout / 4),
+            "deferral timeouts": DEFERRAL_TIMEOUTS_EVERY,
+        }
+        self._next: dict[str, float] = {}
 
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Loop until stopped, ``num_loops`` turns, or ``until()`` says so."""
@@ -219,11 +237,22 @@ class Scheduler:
             log.warning("scheduled again what a commit without an answer left queued",
                         count=len(stranded))  # fmt: skip
 
+    def _due(self, check: str) -> bool:
+        """Whether ``check`` is due in this turn (the first turn runs every check). A
+        turn that fails after a check was due leaves it to the check's next time: each
+        check looks at what the database holds then, so it comes late, never lost."""
+        now = time.monotonic()
+        if now < self._next.get(check, 0.0):
+            return False
+        self._next[check] = now + self._every[check]
+        return True
+
     def _turn(self, queue: bool) -> LoopSummary:
         self.loops += 1
         now = runs.utcnow()
         with orm.session_scope() as session:
-            self._heartbeat(session, now)
+            if self._due("heartbeat"):
+                self._heartbeat(session, now)
             created = (
                 0 if self.only_runs is not None else runs.create_due_runs(session, self.bag, now)
             )
@@ -235,13 +264,17 @@ class Scheduler:
             runs.start_queued_runs(session, self.bag, now, self.only_runs)
         with orm.session_scope() as session:
             waiting.schedule_tasks(session, self.bag, now, self.only_runs, self.seen)
-        with orm.session_scope() as session:
-            timeout = self.settings.scheduler.task_heartbeat_timeout
-            back_at = outage.recovered_at()
-            for ti in runs.fail_stale_tasks(session, self.bag, now, timeout, back_at):
-                log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
-            for ti in runs.fail_timed_out_deferrals(session, self.bag, now, self.only_runs):
-                log.warning("deferral timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+        stale, deferrals = self._due("stale tasks"), self._due("deferral timeouts")
+        if stale or deferrals:
+            with orm.session_scope() as session:
+                timeout = self.settings.scheduler.task_heartbeat_timeout
+                back_at = outage.recovered_at()
+                for ti in (runs.fail_stale_tasks(session, self.bag, now, timeout, back_at)
+                           if stale else []):  # fmt: skip
+                    log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+                for ti in (runs.fail_timed_out_deferrals(session, self.bag, now, self.only_runs)
+                           if deferrals else []):  # fmt: skip
+                    log.warning("deferral timed out", dag_id=ti.dag_id, task_id=ti.task_id)
         self._handle_events()  # first: a lost worker's slot and task are known before queueing
         # run() sets both before it calls loop_once().
         assert self.executor is not None

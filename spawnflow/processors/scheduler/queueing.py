@@ -41,14 +41,17 @@ def queue_tasks(
     now: dt.datetime, only: set[int] | None = None,
 ) -> list[Workload]:  # fmt: skip
     """Mark up to the limits' worth of scheduled task instances queued; their workloads."""
+    if free_slots <= 0:
+        return []  # every worker busy: nothing to read
     active = TaskInstance.state.in_(TaskState.ACTIVE)
-    overall = session.scalar(select(func.count()).where(active))
-    room = min(free_slots, settings.core.parallelism - overall)
+    per_dag: dict[str, int] = {
+        dag_id: count for dag_id, count in session.execute(
+            select(TaskInstance.dag_id, func.count()).where(active).group_by(TaskInstance.dag_id)
+        )
+    }  # fmt: skip
+    room = min(free_slots, settings.core.parallelism - sum(per_dag.values()))
     if room <= 0:
         return []
-    per_dag = dict(session.execute(
-        select(TaskInstance.dag_id, func.count()).where(active).group_by(TaskInstance.dag_id)
-    ).all())  # fmt: skip
     workloads: list[Workload] = []
     full: set[str] = set()
     # Dags at their max_active_tasks are left out of the query, so that they cannot

@@ -30,7 +30,14 @@ from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
 from spawnflow.comms.states import ErrorKind, TaskState
-from spawnflow.comms.tasks import Deferral, TaskOutcome, Workload, XComPull, XComPush
+from spawnflow.comms.tasks import (
+    Deferral,
+    TaskOutcome,
+    TaskStarting,
+    Workload,
+    XComPull,
+    XComPush,
+)
 from spawnflow.processors.worker.attempt_log import AttemptLog
 from spawnflow.processors.worker.recording import DatabaseRecorder, TryRecorder
 from spawnflow.processors.worker.xcoms import XComService, database_error
@@ -53,6 +60,8 @@ class _TaskRun:
     why: str | None = None
     #: Stopped because execution_timeout passed.
     timed_out: bool = False
+    #: The task process said the task's code starts (TaskStarting).
+    started: bool = False
 
 
 def utcnow() -> dt.datetime:
@@ -175,11 +184,22 @@ class TaskSupervisor:
         timeout = self.workload.execution_timeout
         run = _TaskRun()
 
+        # The user's budget starts when the task's code does: the task process says so
+        # once the Dag file is imported, which on a busy machine under spawn can take
+        # longer than a short execution_timeout. Until then the import has the Dag
+        # processor's limit for a file, so that a file that hangs still ends the try.
+        importing = self.settings.dag_processor.file_parsing_timeout
+
         def on_ready(watched: Watched) -> None:
-            if timeout:  # the user's budget starts now, not at launch
-                watched.set_deadline(timeout)
+            if timeout:
+                watched.set_deadline(importing + timeout)
 
         def on_message(watched: Watched, message: wire.Message) -> None:
+            if isinstance(message, TaskStarting):
+                run.started = True
+                if timeout:
+                    watched.set_deadline(timeout)
+                return
             run.outcome = self._serve(child, message) or run.outcome
 
         def on_output(watched: Watched, stream: str, data: bytes) -> None:
@@ -191,7 +211,11 @@ class TaskSupervisor:
         def on_deadline(watched: Watched) -> None:
             assert timeout is not None  # only execution_timeout sets the deadline
             self._stop_for_timeout(watched, attempt, timeout)
-            run.why = run.why or f"execution_timeout of {timeout:g} seconds exceeded"
+            run.why = run.why or (
+                f"execution_timeout of {timeout:g} seconds exceeded" if run.started else
+                f"the Dag file did not import within [dag_processor] file_parsing_timeout "
+                f"({importing:g} seconds) plus the task's execution_timeout ({timeout:g})"
+            )  # fmt: skip
             run.timed_out = True
 
         def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
