@@ -56,15 +56,19 @@ def role_of(process: psutil.Process, top: psutil.Process) -> str:
     if process.pid == top.pid:
         return "standalone"
     try:
-        name = process.name()
+        # Not psutil's name(): for a name of 15 bytes (the kernel's limit) it guesses
+        # that it was cut short and answers with the command line's program instead.
+        name = Path(f"/proc/{process.pid}/comm").read_text().strip()
         cmdline = " ".join(process.cmdline())
-    except psutil.Error:
+    except (OSError, psutil.Error):
         return "gone"
+    if not name.startswith("python"):
+        return name  # a role (a forkserver's children inherit its command line too)
     if "multiprocessing.forkserver" in cmdline:
         return "forkserver"
     if "resource_tracker" in cmdline:
         return "resource tracker"
-    return name if name not in ("python", "python3") else f"other ({name})"
+    return f"other ({name})"
 
 
 def sample(top: psutil.Process) -> dict[str, tuple[int, float, float]]:
@@ -93,11 +97,12 @@ def median_sample(top: psutil.Process, samples: int = 3) -> dict[str, tuple[int,
     return taken[totals.index(statistics.median_low(totals))]
 
 
-def wait_for(what: str, check, timeout: float = 300.0) -> None:
+def wait_for(what: str, check, top: psutil.Process, timeout: float = 300.0) -> None:
     ends = time.monotonic() + timeout
     while not check():
         if time.monotonic() > ends:
-            raise SystemExit(f"tree_memory: gave up waiting for {what}")
+            roles = sorted(role_of(p, top) for p in tree(top))
+            raise SystemExit(f"tree_memory: gave up waiting for {what}; the tree: {roles}")
         time.sleep(0.2)
 
 
@@ -121,15 +126,18 @@ def measure(method: str) -> dict[str, dict[str, tuple[int, float, float]]]:
                                   stderr=subprocess.DEVNULL)  # fmt: skip
     top = psutil.Process(standalone.pid)
     try:
-        wait_for("four workers", lambda: count(top, "executor-worker") == 4)
-        listed = lambda: "held" in subprocess.run(  # noqa: E731
-            [*cli, "dags", "list"], env=env, capture_output=True, text=True
-        ).stdout
-        wait_for("the Dag to be parsed", listed)
+        wait_for("four workers", lambda: count(top, "executor-worker") == 4, top)
+        listed = lambda: (
+            "held"
+            in subprocess.run(  # noqa: E731
+                [*cli, "dags", "list"], env=env, capture_output=True, text=True
+            ).stdout
+        )
+        wait_for("the Dag to be parsed", listed, top)
         idle = median_sample(top)
         subprocess.run([*cli, "dags", "trigger", "held"], env=env, check=True,
                        capture_output=True)  # fmt: skip
-        wait_for("four running tasks", lambda: count(top, "task") == 4)
+        wait_for("four running tasks", lambda: count(top, "task") == 4, top)
         time.sleep(1.0)  # the tasks' imports settle (measured, not a condition)
         busy = median_sample(top)
     finally:
