@@ -127,12 +127,11 @@ def measure(method: str) -> dict[str, dict[str, tuple[int, float, float]]]:
     top = psutil.Process(standalone.pid)
     try:
         wait_for("four workers", lambda: count(top, "executor-worker") == 4, top)
-        listed = lambda: (
-            "held"
-            in subprocess.run(  # noqa: E731
-                [*cli, "dags", "list"], env=env, capture_output=True, text=True
-            ).stdout
-        )
+
+        def listed() -> bool:
+            done = subprocess.run([*cli, "dags", "list"], env=env, capture_output=True, text=True)
+            return "held" in done.stdout
+
         wait_for("the Dag to be parsed", listed, top)
         idle = median_sample(top)
         subprocess.run([*cli, "dags", "trigger", "held"], env=env, check=True,
