@@ -56,7 +56,6 @@ Mark = tuple[int, int, int]
 @dataclass(frozen=True)
 class _Seen:
     mark: Mark
-    doc: serialize.SerializedDag
     #: The earliest time one of the run's up_for_retry task instances falls due.
     retry_due: dt.datetime | None
 
@@ -78,7 +77,7 @@ class RunsSeen:
         return (
             seen is not None
             and seen.mark == mark
-            and seen.doc is doc
+            and self.reconciled(run_id, doc)
             and (seen.retry_due is None or now < seen.retry_due)
         )
 
@@ -134,7 +133,7 @@ def schedule_tasks(
             run.state, run.end_date = ended, now
             changed += 1
         # A pass that wrote moved the mark itself: the next one looks again, once.
-        memo = _Seen(mark, doc, retry_due) if written == 0 and ended is None else None
+        memo = _Seen(mark, retry_due) if written == 0 and ended is None else None
         seen.remember(run.id, memo, doc)
     return changed
 
