@@ -38,7 +38,15 @@ def _scheduling(method, make_settings, tmp_path, url, **extra):
 
     marks = tmp_path / "marks"
     harness.write_dags(tmp_path / "dags", marks)
-    settings = make_settings(**{
+    settings = make_settings(**_values(method, tmp_path, url), **extra)
+    schema.reset(url)
+    summary = DagFileProcessorManager(settings).run(once=True)[0]
+    assert summary.errors == {}, summary.errors
+    return settings, marks
+
+
+def _values(method, tmp_path, url) -> dict[str, str]:
+    return {
         "database.url": url,
         "core.dags_folder": str(tmp_path / "dags"),
         "core.load_examples": "true",
@@ -49,12 +57,7 @@ def _scheduling(method, make_settings, tmp_path, url, **extra):
         "scheduler.loop_interval": "0.1",
         "scheduler.task_heartbeat_timeout": "5",
         "scheduler.job_heartbeat_timeout": "3",
-        **extra,
-    })  # fmt: skip
-    schema.reset(url)
-    summary = DagFileProcessorManager(settings).run(once=True)[0]
-    assert summary.errors == {}, summary.errors
-    return settings, marks
+    }
 
 
 def run_dag(settings, dag_id: str, seconds: float = 120, on_loop=None, executor=None) -> int:
@@ -138,13 +141,15 @@ with Dag("slow_import"):
 """
 
 
-def _slow_import(settings, tmp_path, seconds: float) -> int:
+def _slow_import(settings, tmp_path, seconds: float, run_settings=None) -> int:
+    """Parse the slow-importing Dag file with ``settings``, then run it with
+    ``run_settings`` (``settings`` unless given)."""
     gate = tmp_path / "slow-import-gate"
     dags = Path(settings.core.dags_folder)
     (dags / "slow_import.py").write_text(SLOW_IMPORT.format(gate=str(gate), seconds=seconds))
     assert DagFileProcessorManager(settings).run(once=True)[0].errors == {}
     gate.touch()
-    return run_dag(settings, "slow_import")
+    return run_dag(run_settings or settings, "slow_import")
 
 
 def test_execution_timeout_counts_from_the_tasks_start_not_its_dag_files_import(
@@ -159,11 +164,17 @@ def test_execution_timeout_counts_from_the_tasks_start_not_its_dag_files_import(
     assert (ti.state, ti.reason) == ("success", None)
 
 
-def test_a_dag_file_that_hangs_on_import_still_ends_the_try(start_method, make_settings, tmp_path):
-    settings, _ = _scheduling(start_method, make_settings, tmp_path,
-                              f"sqlite:///{tmp_path.as_posix()}/s.db",
-                              **{"dag_processor.file_parsing_timeout": "1"})  # fmt: skip
-    run_id = _slow_import(settings, tmp_path, 600)
+def test_a_dag_file_that_hangs_on_import_still_ends_the_try(
+    scheduling, start_method, make_settings, tmp_path
+):
+    settings, _ = scheduling
+    # Parsed under the default timeout (a busy machine can take longer than 1 s to parse
+    # the test Dags); run with a 1 s one, which the task process's import outlasts.
+    url = f"sqlite:///{tmp_path.as_posix()}/s.db"
+    impatient = {"dag_processor.file_parsing_timeout": "1"}
+    run_id = _slow_import(
+        settings, tmp_path, 600, make_settings(**_values(start_method, tmp_path, url), **impatient)
+    )
     ti = harness.task_instances(run_id)["quick"]
     assert ti.state == "failed"
     assert ti.reason.startswith(
