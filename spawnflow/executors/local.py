@@ -154,6 +154,11 @@ class LocalExecutor(BaseExecutor):
         self.workers = []
         cut_short = [workload for _, workload in self.busy.values()]
         self.busy = {}
+        # A worker the stop itself ended before the scheduler took the news (a Windows
+        # console's Ctrl-C reaches every process on it, the workers too, and a worker's
+        # second one ends it at once): its task was cut short by the same stop.
+        cut_short += [event.workload for event in self._events if isinstance(event, WorkerLost)]
+        self._events = [event for event in self._events if not isinstance(event, WorkerLost)]
         return cut_short
 
     # -- what the watch reports -----------------------------------------------------

@@ -163,3 +163,44 @@ def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
         assert len(servers) == (start_method == "forkserver"), children
     finally:
         executor.end(grace=5)
+
+
+def _workload(ti_id: int):
+    import datetime as dt
+
+    from spawnflow.comms.tasks import Workload
+
+    return Workload(
+        ti_id=ti_id, dag_id="d", run_id="r", task_id="t", try_number=1, dag_file="/d.py",
+        dags_folder=None, logical_date=dt.datetime.now(dt.UTC), data_interval_start=None,
+        data_interval_end=None, conf={}, params={}, execution_timeout=None, retry_delay=0.0,
+        log_file="/dev/null",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("taken", [False, True], ids=["loss-not-taken", "loss-taken"])
+def test_a_worker_the_stop_ended_first_hands_its_task_back_once(
+    start_method, make_settings, monkeypatch, taken
+):
+    """A Windows console's Ctrl-C reaches the workers too: one can be gone before the
+    scheduler acts on its own. The task it ran is cut short by the stop (queued again),
+    unless the scheduler already took the loss: never both, never neither."""
+    from spawnflow.executors import WorkerLost
+
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "1"})  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:exit_on_a_task")
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    workload = _workload(11)
+    try:
+        executor.request_stop()  # stopping: the worker that ends is not replaced
+        executor.queue(workload)
+        assert executor.watch.until(lambda: executor.running() == 0, timeout=120)
+        lost = executor.events() if taken else []
+    finally:
+        cut_short = executor.end(grace=5)
+    if taken:
+        assert ([type(e) for e in lost], cut_short) == ([WorkerLost], [])
+    else:
+        assert (cut_short, executor.events()) == ([workload], [])
