@@ -512,15 +512,25 @@ OPTIONS: tuple[Option, ...] = (
         "parsing_processes",
         _children("parsing process"),
         2,
-        "Dag files parsed at the same time, each in its own process (at most 31 on Windows).",
+        "Dag files parsed at the same time, each in a process of its own (at most 31 on Windows).",
+    ),
+    Option(
+        "dag_processor",
+        "parser_max_files",
+        _integer(1),
+        50,
+        "Dag files one parsing process parses, one after the other, before a fresh one "
+        "takes over; between two files it is put back as it was, and a file that leaves "
+        "a thread, a process or a changed global behind is its last. 1: a fresh process "
+        "for every file.",
     ),
     Option(
         "dag_processor",
         "file_parsing_timeout",
         _seconds(0.1),
         30.0,
-        "Seconds a file may take to parse, counted from when its parser is ready (never "
-        "its boot), before its process tree is stopped.",
+        "Seconds a file may take to parse, counted from when it reaches a parser that is "
+        "ready (never a parser's boot), before its parser's process tree is stopped.",
     ),
     Option(
         "dag_processor",

@@ -49,6 +49,10 @@ class PassSummary:
     largest_parser_rss: int = 0
     #: Asset events mapped to a run by their Dag's own mapper.
     mapped: int = 0
+    #: Parser processes started, and why those that left early did (a file left a
+    #: thread, a process or a changed global behind: see ``isolation``).
+    parsers: int = 0
+    recycled: list[str] = field(default_factory=list)
 
 
 class DagFileProcessorManager:
@@ -112,8 +116,9 @@ class DagFileProcessorManager:
                 and path not in failing]  # fmt: skip
         summary = PassSummary(files=len(present), forgotten=forgotten)
         contested = []
+        pool = ParserPool(self.settings)
         # Closed at once if storing gives up (a stop, the database away): see ParserPool.
-        with contextlib.closing(self._parse(due, mappings)) as outcomes:
+        with contextlib.closing(pool.parse(due, mappings)) as outcomes:
             for outcome in outcomes:
                 if outcome.kind == store.STOPPED:
                     continue  # cut short by a stop, not the file's fault: parse it next time
@@ -123,6 +128,7 @@ class DagFileProcessorManager:
                     contested.append(outcome)
                 summary.parsed += 1
                 summary.largest_parser_rss = max(summary.largest_parser_rss, outcome.peak_rss or 0)
+        summary.parsers, summary.recycled = pool.started, pool.recycled
         # A Dag that moved from one file to another in this pass: once every file
         # has been stored, the file it left no longer holds it.
         for outcome in contested:
@@ -145,6 +151,7 @@ class DagFileProcessorManager:
         log.info(
             "pass finished", files=summary.files, parsed=summary.parsed, dags=summary.dags,
             errors=len(summary.errors), seconds=round(summary.seconds, 3),
+            parsers=summary.parsers,
         )  # fmt: skip
         return summary
 
@@ -197,10 +204,6 @@ class DagFileProcessorManager:
             ):
                 due.append(path)
         return due
-
-    def _parse(self, paths: list[str], mappings: dict[str, list[dict]]):
-        """Parse ``paths`` in children (see :mod:`.parsing`); yield each Outcome."""
-        return ParserPool(self.settings).parse(paths, mappings)
 
 
 def run(channel, *, once: bool = False, num_runs: int | None = None) -> None:

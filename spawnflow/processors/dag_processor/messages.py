@@ -27,6 +27,18 @@ class PartitionMapped(msgspec.Struct, frozen=True):
     error: str | None = None
 
 
+class ParseFile(Message, frozen=True):
+    """To a parser that parses several files: import ``path`` next, and map ``mappings``
+    (MapPartition fields) with its Dags."""
+
+    path: str
+    mappings: list[dict] = []
+
+
+class NoMoreFiles(Message, frozen=True):
+    """To a parser waiting for its next file: there is none, leave."""
+
+
 class ParseResult(Message, frozen=True):
     """What a file parser found in one Dag file: its Dags, or why it could not load them."""
 
@@ -41,3 +53,6 @@ class ParseResult(Message, frozen=True):
     peak_rss: int | None = None
     #: The answers to the partitions it was asked to map (none with an import error).
     mapped: list[PartitionMapped] = []
+    #: Set when the parser leaves after this file, and why (it parsed its share of
+    #: files, or the file left something behind that cannot be undone).
+    leaving: str | None = None

@@ -18,10 +18,17 @@ from pathlib import Path
 # Imported here rather than on first use: the forkserver preloads this module, so
 # its children start with the SDK and the cron parser already loaded.
 import cronsim  # noqa: F401
+import msgspec
 
 from spawnflow.bootstrap import lifecycle, logs
 from spawnflow.bootstrap import platform as platforms
-from spawnflow.processors.dag_processor.messages import MapPartition, ParseResult, PartitionMapped
+from spawnflow.processors.dag_processor import isolation
+from spawnflow.processors.dag_processor.messages import (
+    MapPartition,
+    ParseFile,
+    ParseResult,
+    PartitionMapped,
+)
 from spawnflow.sdk import loading, serialize
 from spawnflow.sdk.dags import Dag
 from spawnflow.sdk.partitions import MAX_PARTITION_KEY_LENGTH
@@ -46,19 +53,79 @@ def parse_file(
     processes the file started (even ones that left our tree) are killed first.
     """
     own_pid = os.getpid()
-    started = time.perf_counter()
     # Descendants the Dag file orphans (``setsid ... &``) come back to us to be killed.
     platforms.current().adopt_orphans()
+    result = _parse(path, dags_folder, mappings)
+    _leave_if_a_copy(own_pid)
+    platforms.current().kill_descendants()
+    _send(channel, result)
+    # Only our own handlers: ones the Dag file installed could block the exit.
+    logs.flush()
+    os._exit(lifecycle.EXIT_OK)
+
+
+def parse_files(channel, dags_folder: str | None = None, max_files: int = 1) -> None:
+    """Parse the files the manager sends (ParseFile), one at a time, until it has no
+    more (NoMoreFiles, or its end of the channel closed) or ``max_files`` are done.
+
+    Between two files the process is put back as it was (see :mod:`.isolation`); a
+    file that leaves behind what cannot be put back is the last this parser parses,
+    and its result says why (``leaving``), so that the manager starts a fresh one.
+    """
+    own_pid = os.getpid()
+    platforms.current().adopt_orphans()
+    for done in range(1, max_files + 1):
+        try:
+            request = channel.recv()
+        except EOFError:
+            break
+        if not isinstance(request, ParseFile):
+            break  # NoMoreFiles
+        before = isolation.Snapshot()
+        result = _parse(request.path, dags_folder, request.mappings)
+        _leave_if_a_copy(own_pid)
+        leaving = _kill_what_it_started() or before.restore()
+        if leaving is None and done == max_files:
+            leaving = f"it parsed [dag_processor] parser_max_files ({max_files}) files"
+        elif leaving is not None:
+            leaving = f"{request.path}: {leaving}"
+        _send(channel, msgspec.structs.replace(result, leaving=leaving))
+        if leaving is not None:
+            break
+    logs.flush()
+    os._exit(lifecycle.EXIT_OK)
+
+
+def _parse(path: str, dags_folder: str | None, mappings: list[dict] | None) -> ParseResult:
+    """Import the Dag file at ``path`` and serialize its Dags, or say why not."""
+    started = time.perf_counter()
     try:
         content = Path(path).read_bytes()
     except OSError as unreadable:
-        _send(channel, own_pid, path, "", [], f"cannot read {path}: {unreadable.strerror}", started)
-        return
+        return _result(path, "", [], f"cannot read {path}: {unreadable.strerror}", started)
     loading.prepare_path(path, dags_folder)
     dags, found, error = _load(path)
     requests = [MapPartition(**fields) for fields in mappings or []]
     mapped = map_partitions(dags, requests) if error is None else []
-    _send(channel, own_pid, path, serialize.file_hash(content), found, error, started, mapped)
+    return _result(path, serialize.file_hash(content), found, error, started, mapped)
+
+
+def _leave_if_a_copy(own_pid: int) -> None:
+    if os.getpid() != own_pid:
+        os._exit(0)  # a copy the Dag file forked at import: only the parser answers
+
+
+def _kill_what_it_started() -> str | None:
+    import psutil
+
+    try:
+        started = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return None
+    if not started:
+        return None
+    platforms.current().kill_tree(started)
+    return f"it started process {started[0].pid}"
 
 
 def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
@@ -123,23 +190,20 @@ def _traceback_from(path: str) -> str:
     return "".join(lines).rstrip()
 
 
-def _send(channel, own_pid: int, path: str, file_hash: str, dags: list, error: str | None,
-          started: float, mapped: list[PartitionMapped] | None = None) -> None:  # fmt: skip
-    if os.getpid() != own_pid:
-        os._exit(0)  # a copy the Dag file forked at import: only the parser answers
-    platforms.current().kill_descendants()
+def _result(path: str, file_hash: str, dags: list, error: str | None, started: float,
+            mapped: list[PartitionMapped] | None = None) -> ParseResult:  # fmt: skip
+    return ParseResult(
+        path=path, file_hash=file_hash, dags=dags, error=error,
+        duration=time.perf_counter() - started, peak_rss=platforms.peak_rss_bytes(),
+        mapped=mapped or [],
+    )  # fmt: skip
+
+
+def _send(channel, result: ParseResult) -> None:
     try:
-        result = ParseResult(
-            path=path, file_hash=file_hash, dags=dags, error=error,
-            duration=time.perf_counter() - started, peak_rss=platforms.peak_rss_bytes(),
-            mapped=mapped or [],
-        )  # fmt: skip
         channel.send(result)
     except Exception as failure:  # noqa: BLE001 - the manager gets a result either way
-        channel.send(ParseResult(
-            path=path, file_hash=file_hash, dags=[], duration=time.perf_counter() - started,
-            error=f"spawnflow could not report the Dags of {path}: {failure!r}",
+        channel.send(msgspec.structs.replace(
+            result, dags=[], mapped=[],
+            error=f"spawnflow could not report the Dags of {result.path}: {failure!r}",
         ))  # fmt: skip
-    # Only our own handlers: ones the Dag file installed could block the exit.
-    logs.flush()
-    os._exit(lifecycle.EXIT_OK)
