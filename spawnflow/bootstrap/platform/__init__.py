@@ -182,16 +182,17 @@ class Platform(msgspec.Struct, frozen=True):
         if self.parent_death_signal and sys.platform != "win32":  # the prctl family
             _posix.become_subreaper()
 
-    def kill_descendants(self) -> None:
-        """Kill every process below this one (before this one leaves)."""
+    def kill_descendants(self) -> list[psutil.Process]:
+        """Kill every process below this one (before this one leaves); those it killed."""
         import psutil
 
         try:
             descendants = psutil.Process().children(recursive=True)
         except psutil.Error:
-            return
+            return []
         if descendants:
             self.kill_tree(descendants)
+        return descendants
 
     def interrupt_main_thread(self) -> None:
         """From another thread, run the main thread's SIGINT handler as soon as possible.

@@ -116,16 +116,8 @@ def _leave_if_a_copy(own_pid: int) -> None:
 
 
 def _kill_what_it_started() -> str | None:
-    import psutil
-
-    try:
-        started = psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return None
-    if not started:
-        return None
-    platforms.current().kill_tree(started)
-    return f"it started process {started[0].pid}"
+    started = platforms.current().kill_descendants()
+    return f"it started process {started[0].pid}" if started else None
 
 
 def load_dags(path: str) -> tuple[list[serialize.SerializedDag], str | None]:
