@@ -497,8 +497,17 @@ OPTIONS: tuple[Option, ...] = (
         "parallelism",
         _children("worker process"),
         4,
-        "Worker processes of the local executor; each supervises one task at a time "
-        "(at most 31 on Windows).",
+        "Most worker processes of the local executor, started as tasks need them; each "
+        "supervises one task at a time (at most 31 on Windows).",
+    ),
+    Option(
+        "executor",
+        "worker_idle_timeout",
+        _seconds(0),
+        60.0,
+        "Seconds a worker may wait for a task before it leaves; the next task that finds "
+        "no idle worker starts one (at most [executor] parallelism). 0: workers stay "
+        "once started.",
     ),
     Option(
         "executor",

@@ -1,15 +1,20 @@
-"""The local executor: ``[executor] parallelism`` long-lived worker processes.
+"""The local executor: up to ``[executor] parallelism`` worker processes, on demand.
 
 Workers are launched by the launcher under the executor's start method; each
 supervises one task at a time and says it is alive every heartbeat interval. One
+worker starts with the executor (a setup that cannot boot one fails at start, not at
+the first task); the others start when a workload finds no idle worker, and a worker
+idle for ``[executor] worker_idle_timeout`` leaves, so an idle tree holds no worker
+interpreters (each is a whole one under spawn and forkserver). One
 :class:`~spawnflow.bootstrap.watch.Watch` services them all: a worker that dies, or
 stops answering for ``[scheduler] task_heartbeat_timeout`` (stopped warm, then cold),
-is replaced, and the task it ran is reported lost with the reason, for the scheduler
-to fail or retry it. A task's end is matched to the request that asked for it by id.
+has the task it ran reported lost with the reason, for the scheduler to fail or retry
+it. A task's end is matched to the request that asked for it by id.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import TYPE_CHECKING
 
@@ -56,10 +61,19 @@ class LocalExecutor(BaseExecutor):
         self.heard: dict[int, float] = {}
         #: Why a worker is being stopped (it stopped answering), by pid.
         self.hung: dict[int, str] = {}
-        self.replaced = 0
+        #: Workloads queued while no idle worker was ready: the next ready one takes them.
+        self.waiting: collections.deque[Workload] = collections.deque()
+        #: When each idle worker last finished a task or became ready (monotonic).
+        self.idle_since: dict[int, float] = {}
+        #: Workers asked to leave because they were idle too long, by pid.
+        self.retiring: set[int] = set()
+        #: Workers that ended without being asked to (died, or stopped for hanging).
+        self.lost_workers = 0
+        #: Whether a worker has booted yet: until then one is wanted even with no work.
+        self.proved = False
         #: Workers in a row that could not boot, and when the next one may be launched.
         self.boot_failures = 0
-        self._relaunch_at: list[float] = []
+        self._next_boot_at = 0.0
         self.stopping = False
         self._events: list[WorkerLost | TaskEnded] = []
         #: The XCom backend's routing, checked once at start (see spawnflow.xcoms.check).
@@ -71,16 +85,9 @@ class LocalExecutor(BaseExecutor):
         # In a helper child: the backend's modules never enter this process or, through
         # a fork, the workers. A backend that cannot load is a UserError here, at start.
         self.xcom_backend = xcoms.check(self.settings)
-        for _ in range(self.parallelism):
-            self._launch()
+        self._dispatch()
         self.watch.every(self.settings.executor.heartbeat_interval, self._tend_workers)
-        self.watch.until(
-            lambda: (
-                not self._relaunch_at
-                and len(self.workers) == self.parallelism
-                and all(w.ready is not None for w in self.workers)
-            )
-        )
+        self.watch.until(lambda: self.proved)
 
     def _launch(self) -> None:
         spec = launcher.ChildSpec(
@@ -99,20 +106,53 @@ class LocalExecutor(BaseExecutor):
         return [
             w for w in self.workers
             if w.ready is not None and w.pid not in self.busy and w.pid not in self.hung
-            and w.exit_status is None
+            and w.pid not in self.retiring and w.exit_status is None
         ]  # fmt: skip
 
     def free_slots(self) -> int:
-        return 0 if self.stopping else len(self._idle())
+        """Workloads it can take now: ``parallelism`` less those it holds and the
+        workers on their way out (hung or retiring), whose process still counts."""
+        if self.stopping:
+            return 0
+        leaving = sum(
+            1 for w in self.workers
+            if w.pid not in self.busy and (w.pid in self.hung or w.pid in self.retiring)
+        )  # fmt: skip
+        return max(0, self.parallelism - len(self.busy) - len(self.waiting) - leaving)
 
     def running(self) -> int:
+        """Workloads a worker runs now (not those still waiting for a worker to boot:
+        a stop hands those back through :meth:`end` at once)."""
         return len(self.busy)
 
     def holds(self) -> set[int]:
-        return {workload.ti_id for _, workload in self.busy.values()}
+        return {workload.ti_id for _, workload in self.busy.values()} | {
+            workload.ti_id for workload in self.waiting
+        }
 
     def queue(self, workload: Workload) -> None:
-        worker = self._idle()[0]
+        """Give ``workload`` to an idle worker, or keep it for the next one to be ready
+        (starting one if none is on its way)."""
+        self.waiting.append(workload)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand waiting workloads to idle workers, and launch the workers still needed
+        (one, before any has booted), unless a failed boot's pause is still running."""
+        if self.stopping:
+            return
+        idle = self._idle()
+        while self.waiting and idle:
+            self._send(idle.pop(0), self.waiting.popleft())
+        booting = sum(1 for w in self.workers if w.ready is None)
+        needed = max(len(self.waiting), 0 if self.proved else 1) - booting
+        room = self.parallelism - len(self.workers)
+        if time.monotonic() >= self._next_boot_at:
+            for _ in range(min(needed, room)):
+                self._launch()
+
+    def _send(self, worker: launcher.Child, workload: Workload) -> None:
+        self.idle_since.pop(worker.pid, None)
         request = RunTask(id=worker.channel.next_id(), workload=workload)
         self.busy[worker.pid] = (request.id, workload)
         try:
@@ -150,10 +190,12 @@ class LocalExecutor(BaseExecutor):
         return found
 
     def end(self, grace: float | None = None) -> list[Workload]:
+        self.stopping = True  # nothing launches meanwhile
         stop_many(self.workers, grace)
         self.workers = []
-        cut_short = [workload for _, workload in self.busy.values()]
+        cut_short = [workload for _, workload in self.busy.values()] + list(self.waiting)
         self.busy = {}
+        self.waiting.clear()
         # A worker the stop itself ended before the scheduler took the news (a Windows
         # console's Ctrl-C reaches every process on it, the workers too, and a worker's
         # second one ends it at once): its task was cut short by the same stop.
@@ -164,8 +206,11 @@ class LocalExecutor(BaseExecutor):
     # -- what the watch reports -----------------------------------------------------
 
     def _on_ready(self, watched: Watched) -> None:
-        self.boot_failures = 0
-        self.heard[watched.child.pid] = time.monotonic()  # its silence counts from here
+        self.boot_failures, self.proved = 0, True
+        now = time.monotonic()
+        self.heard[watched.child.pid] = now  # its silence counts from here
+        self.idle_since[watched.child.pid] = now
+        self._dispatch()
 
     def _on_boot_failure(self, watched: Watched, error: ChildBootError) -> None:
         """A worker that could not boot: launch another after a pause that doubles with
@@ -179,17 +224,29 @@ class LocalExecutor(BaseExecutor):
                     failures_in_a_row=self.boot_failures, retry_seconds=delay)  # fmt: skip
         if self.boot_failures >= MAX_BOOT_FAILURES:
             raise error  # the settings or the machine are wrong: say so, do not loop
-        self._relaunch_at.append(time.monotonic() + delay)
+        self._next_boot_at = time.monotonic() + delay
 
     def _tend_workers(self) -> None:
-        """Launch the replacements that are due, and find workers that hang."""
-        now = time.monotonic()
-        due = [at for at in self._relaunch_at if at <= now]
-        self._relaunch_at = [at for at in self._relaunch_at if at > now]
-        for _ in due:
-            if not self.stopping:
-                self._launch()
+        """Launch the workers that waiting work needs once a failed boot's pause is
+        over, let idle ones go, and find workers that hang."""
+        self._dispatch()
+        self._retire_idle_workers()
         self._find_hung_workers()
+
+    def _retire_idle_workers(self) -> None:
+        """Stop workers idle for [executor] worker_idle_timeout (0: never); the next
+        workload that finds no idle worker starts a fresh one."""
+        limit = self.settings.executor.worker_idle_timeout
+        if not limit or self.stopping:
+            return
+        now = time.monotonic()
+        for worker in self._idle():
+            idle = now - self.idle_since.get(worker.pid, now)
+            if idle < limit:
+                continue
+            self.retiring.add(worker.pid)
+            log.info("worker idle; letting it go", pid=worker.pid, idle_seconds=round(idle, 1))
+            self.watch.stop(self._watched(worker))
 
     def _on_message(self, watched: Watched, message: object) -> None:
         worker = watched.child
@@ -201,25 +258,31 @@ class LocalExecutor(BaseExecutor):
                             request_id=message.id)  # fmt: skip
                 return
             del self.busy[worker.pid]
+            self.idle_since[worker.pid] = time.monotonic()
             self._events.append(TaskEnded(message.ti_id, message.state))
+            self._dispatch()
         elif not isinstance(message, WorkerAlive):
             log.warning("worker sent an unexpected message", pid=worker.pid,
                         message=type(message).__name__)  # fmt: skip
 
     def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
         worker = watched.child
-        how = self.hung.pop(worker.pid, None) or status.describe(meaning=False)
-        log.warning("worker ended", pid=worker.pid, status=status.describe())
-        busy = self.busy.pop(worker.pid, None)
-        if busy is not None:
-            self._events.append(
-                WorkerLost(busy[1], f"its executor worker (pid {worker.pid}) {how}")
-            )
         self.workers.remove(worker)
         self.heard.pop(worker.pid, None)
-        if not self.stopping:
-            self._launch()
-            self.replaced += 1
+        self.idle_since.pop(worker.pid, None)
+        if worker.pid in self.retiring:
+            self.retiring.discard(worker.pid)
+            log.debug("idle worker left", pid=worker.pid, status=status.describe())
+        else:
+            how = self.hung.pop(worker.pid, None) or status.describe(meaning=False)
+            log.warning("worker ended", pid=worker.pid, status=status.describe())
+            self.lost_workers += 1
+            busy = self.busy.pop(worker.pid, None)
+            if busy is not None:
+                self._events.append(
+                    WorkerLost(busy[1], f"its executor worker (pid {worker.pid}) {how}")
+                )
+        self._dispatch()  # work that waits for a worker may start one in its place
 
     def _find_hung_workers(self) -> None:
         """Stop workers that said nothing for [scheduler] task_heartbeat_timeout (a
@@ -234,5 +297,7 @@ class LocalExecutor(BaseExecutor):
             self.hung[worker.pid] = f"stopped answering for {silent:.0f} s and was stopped"
             log.warning("worker stopped answering; stopping it", pid=worker.pid,
                         silent_seconds=round(silent, 1))  # fmt: skip
-            watched = next(w for w in self.watch.watched if w.child is worker)
-            self.watch.stop(watched)  # warm, then cold after the grace period
+            self.watch.stop(self._watched(worker))  # warm, then cold after the grace period
+
+    def _watched(self, worker: launcher.Child) -> Watched:
+        return next(w for w in self.watch.watched if w.child is worker)

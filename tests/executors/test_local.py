@@ -35,24 +35,122 @@ def test_workers_that_cannot_boot_are_retried_then_reported_not_looped_on(
     assert [f["retry_seconds"] for f in failures] == [1.0, 2.0, 4.0]
 
 
-def test_a_worker_that_ends_is_replaced(start_method, make_settings):
+def test_a_worker_that_ends_is_lost_and_the_next_task_starts_a_fresh_one(
+    start_method, make_settings, monkeypatch
+):
     import psutil
+
+    from spawnflow.executors import TaskEnded
 
     settings = make_settings(**{"core.mp_start_method": start_method,
                                 "executor.parallelism": "1"})  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:chatty_worker")
     executor = local.LocalExecutor(settings)
     executor.start()
     try:
         first = executor.workers[0]
         psutil.Process(first.pid).kill()
-        assert executor.watch.until(
-            lambda: executor.replaced == 1 and all(w.ready for w in executor.workers),
-            timeout=120,
-        )
+        assert executor.watch.until(lambda: executor.lost_workers == 1, timeout=120)
+        assert (executor.workers, executor.events()) == ([], [])  # it ran nothing: nothing lost
+        assert executor.free_slots() == 1  # nothing waits for it: no worker is started yet
+
+        executor.queue(_workload(5))
+        ended: list = []
+        assert executor.watch.until(lambda: bool(ended.extend(executor.events()) or ended),
+                                    timeout=120)  # fmt: skip
+        assert ended == [TaskEnded(5, "success")]
         assert [w.pid for w in executor.workers] != [first.pid]
-        assert executor.events() == []  # it ran nothing: nothing was lost
     finally:
         executor.end(grace=5)
+
+
+def test_workers_start_as_tasks_need_them_up_to_parallelism(
+    start_method, make_settings, monkeypatch, tmp_path
+):
+    """One worker starts with the executor; each task that finds none idle starts
+    another, up to [executor] parallelism; tasks beyond wait for a slot."""
+    from spawnflow.executors import TaskEnded
+
+    settings = make_settings(**{
+        "core.mp_start_method": start_method, "executor.parallelism": "3",
+        "executor.worker_idle_timeout": "0",
+    })  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    gate = tmp_path / "gate"
+    try:
+        assert len(executor.workers) == 1
+        for ti_id in (1, 2, 3):
+            executor.queue(_workload(ti_id, dag_file=str(gate)))
+        assert (executor.free_slots(), executor.holds()) == (0, {1, 2, 3})
+        assert executor.watch.until(lambda: executor.running() == 3, timeout=120)
+        assert len(executor.workers) == 3
+
+        gate.touch()
+        ended: list = []
+        assert executor.watch.until(
+            lambda: len(ended.extend(executor.events()) or ended) == 3, timeout=120
+        )
+        assert sorted(e.ti_id for e in ended) == [1, 2, 3]
+        assert all(isinstance(e, TaskEnded) and e.state == "success" for e in ended)
+        assert (len(executor.workers), executor.free_slots()) == (3, 3)  # 0: they stay
+    finally:
+        executor.end(grace=5)
+
+
+def test_an_idle_worker_leaves_after_the_idle_timeout_and_nothing_is_lost(
+    start_method, make_settings, monkeypatch, tmp_path, caplog
+):
+    from spawnflow.executors import TaskEnded
+
+    settings = make_settings(**{
+        "core.mp_start_method": start_method, "executor.parallelism": "2",
+        "executor.worker_idle_timeout": "0.2", "executor.heartbeat_interval": "0.1",
+    })  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
+    executor = local.LocalExecutor(settings)
+    gate = tmp_path / "gate"
+    with caplog.at_level("WARNING"):
+        executor.start()
+        try:
+            first = executor.workers[0].pid
+            assert executor.watch.until(lambda: not executor.workers, timeout=120)
+            assert (executor.lost_workers, executor.events()) == (0, [])
+
+            gate.touch()
+            executor.queue(_workload(9, dag_file=str(gate)))
+            ended: list = []
+            assert executor.watch.until(lambda: bool(ended.extend(executor.events()) or ended),
+                                        timeout=120)  # fmt: skip
+            assert ended == [TaskEnded(9, "success")]
+            assert [w.pid for w in executor.workers] != [first]
+        finally:
+            executor.end(grace=5)
+    assert executor.lost_workers == 0
+    assert not [r for r in caplog.records if r.name.startswith("spawnflow.executor")]
+
+
+def test_a_stop_hands_back_the_tasks_that_waited_for_a_worker(
+    start_method, make_settings, monkeypatch, tmp_path
+):
+    settings = make_settings(**{"core.mp_start_method": start_method,
+                                "executor.parallelism": "2"})  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    gate = tmp_path / "gate"
+    waiting = _workload(2, dag_file=str(gate))
+    try:
+        executor.queue(_workload(1, dag_file=str(gate)))  # to the worker that is ready
+        executor.queue(waiting)  # a second worker boots for it
+        executor.request_stop()
+        assert executor.running() == 1  # the scheduler waits for the first only
+    finally:
+        gate.touch()
+        cut_short = executor.end(grace=30)
+    assert waiting in cut_short
+    assert executor.holds() == set()
 
 
 def test_a_task_end_counts_only_under_the_id_of_the_request_that_started_it(
@@ -165,13 +263,13 @@ def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
         executor.end(grace=5)
 
 
-def _workload(ti_id: int):
+def _workload(ti_id: int, dag_file: str = "/d.py"):
     import datetime as dt
 
     from spawnflow.comms.tasks import Workload
 
     return Workload(
-        ti_id=ti_id, dag_id="d", run_id="r", task_id="t", try_number=1, dag_file="/d.py",
+        ti_id=ti_id, dag_id="d", run_id="r", task_id="t", try_number=1, dag_file=dag_file,
         dags_folder=None, logical_date=dt.datetime.now(dt.UTC), data_interval_start=None,
         data_interval_end=None, conf={}, params={}, execution_timeout=None, retry_delay=0.0,
         log_file="/dev/null",
@@ -194,8 +292,8 @@ def test_a_worker_the_stop_ended_first_hands_its_task_back_once(
     executor.start()
     workload = _workload(11)
     try:
-        executor.request_stop()  # stopping: the worker that ends is not replaced
-        executor.queue(workload)
+        executor.queue(workload)  # to the worker that is ready, which ends on it
+        executor.request_stop()
         assert executor.watch.until(lambda: executor.running() == 0, timeout=120)
         lost = executor.events() if taken else []
     finally:

@@ -214,7 +214,7 @@ def test_a_task_process_never_imports_sqlalchemy(scheduling, start_method):
         assert report == {"sqlalchemy": False, "own_engines": 0}
 
 
-def test_a_worker_killed_mid_task_fails_the_task_and_is_replaced(scheduling):
+def test_a_worker_killed_mid_task_fails_the_task_and_counts_as_lost(scheduling):
     settings, _ = scheduling
     executor = LocalExecutor(settings)
     run_id = harness.trigger("held")
@@ -235,7 +235,7 @@ def test_a_worker_killed_mid_task_fails_the_task_and_is_replaced(scheduling):
     assert (hold.state, hold.reason) == (
         "failed", f"its executor worker (pid {killed[0]}) {KILLED} while it ran the task",
     )  # fmt: skip
-    assert executor.replaced == 1
+    assert executor.lost_workers == 1
 
 
 def test_a_worker_killed_mid_task_takes_the_task_and_what_it_started_along(scheduling):
@@ -365,7 +365,7 @@ def test_an_xcom_over_max_xcom_size_fails_the_task(start_method, make_settings, 
     )  # fmt: skip
 
 
-def test_a_worker_that_stops_answering_is_replaced_and_its_task_retried(scheduling):
+def test_a_worker_that_stops_answering_is_stopped_and_its_task_retried(scheduling):
     settings, marks = scheduling
     executor = LocalExecutor(settings)
     run_id = harness.trigger("retried_after_a_hang")
@@ -382,12 +382,12 @@ def test_a_worker_that_stops_answering_is_replaced_and_its_task_retried(scheduli
         # The retry may run on the other worker before the frozen one is found out: wait
         # for both.
         Scheduler(settings, executor=executor, only_runs={run_id}, on_loop=freeze_the_worker).run(
-            until=lambda: check(run_id) and executor.replaced > 0
+            until=lambda: check(run_id) and executor.lost_workers > 0
         )
     finally:
         kill_if_running(*frozen)
     ti = harness.task_instances(run_id)["hangs_once"]
     assert frozen, "the task never ran"
     assert (ti.state, ti.try_number) == ("success", 2)
-    assert executor.replaced == 1
+    assert executor.lost_workers == 1
     assert gone(frozen[0]), "the frozen worker was not stopped"
