@@ -24,16 +24,20 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session, sessionmaker
 
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings_table import hide_password
+
+if TYPE_CHECKING:
+    # The ORM is imported by the first session: a command that reads with SQLAlchemy
+    # Core (a Connection from engine()) does not pay for it.
+    from sqlalchemy.orm import Session, sessionmaker
 
 _PID_KEY = "spawnflow.pid"
 
@@ -88,6 +92,8 @@ def engine(url: str | None = None) -> Engine:
 
 def sessionmaker_for(url: str | None = None) -> sessionmaker[Session]:
     """A sessionmaker bound to this process's engine for ``url``."""
+    from sqlalchemy.orm import sessionmaker
+
     bound = engine(url)
     key = (os.getpid(), str(bound.url), "plain")
     maker = _sessionmakers.get(key)
@@ -105,6 +111,8 @@ def session_scope(url: str | None = None, *, write: bool = True) -> Iterator[Ses
     neither waits for writers nor makes them wait. Inside :func:`one_connection`
     the unit of work runs on that block's connection.
     """
+    from sqlalchemy.orm import Session, sessionmaker
+
     maker = sessionmaker_for(url)
     bound = maker.kw["bind"]
     pinned = _pinned.get((os.getpid(), str(bound.url)))
