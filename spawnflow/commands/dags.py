@@ -37,19 +37,19 @@ def _where(path: str) -> str:
 @pass_state
 def list_command(state: State, include_inactive: bool) -> None:
     """List the Dags the Dag processor stored, with their schedule and state."""
-    from spawnflow.services import dags
+    from spawnflow.services import listings
 
     state.database()
     rows = [
         [
-            model.dag_id,
-            model.schedule,
-            "yes" if model.is_paused else "no",
-            "yes" if model.is_active else "no",
-            ", ".join(dags.tags_of(model)),
-            _where(model.fileloc),
+            found.dag_id,
+            found.schedule,
+            "yes" if found.is_paused else "no",
+            "yes" if found.is_active else "no",
+            ", ".join(listings.tags_of(found)),
+            _where(found.fileloc),
         ]
-        for model in dags.list_dags(include_inactive)
+        for found in listings.list_dags(include_inactive)
     ]
     if not rows:
         click.echo("No Dags yet: run `spawnflow dag-processor --once`.")

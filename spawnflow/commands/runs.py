@@ -29,13 +29,13 @@ def runs_group() -> None:
 @pass_state
 def list_command(state: State, dag_id: str | None, limit: int) -> None:
     """List Dag runs, newest first (times in UTC)."""
-    from spawnflow.services import runs
+    from spawnflow.services import listings
 
     state.database()
     rows = [
         [r.dag_id, r.run_id, r.run_type, r.state, when(r.logical_date), when(r.start_date),
          when(r.end_date)]
-        for r in runs.list_runs(dag_id, limit)
+        for r in listings.list_runs(dag_id, limit)
     ]  # fmt: skip
     if not rows:
         click.echo("No Dag runs yet.")

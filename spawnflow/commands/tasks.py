@@ -47,13 +47,13 @@ def test_command(state: State, dag_id: str, task_id: str) -> None:
 @pass_state
 def states_command(state: State, dag_id: str, run_id: str) -> None:
     """Show each task instance of a run: state, try, times and why it ended so."""
-    from spawnflow.services import runs
+    from spawnflow.services import listings
 
     state.database()
     rows = [
         [ti.task_id, ti.state, str(ti.try_number), when(ti.start_date), when(ti.end_date),
          ti.reason or ""]
-        for ti in runs.task_instances(dag_id, run_id)
+        for ti in listings.task_instances(dag_id, run_id)
     ]  # fmt: skip
     click.echo(table(["task", "state", "try", "started", "ended", "reason"], rows))
 

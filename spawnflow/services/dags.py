@@ -6,7 +6,6 @@ except :func:`check_file`, which parses one in child processes, never here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,14 +19,6 @@ from spawnflow.sdk import serialize
 
 class UnknownDag(UserError):
     """A Dag id the Dag processor has not stored."""
-
-
-def list_dags(include_inactive: bool = False) -> list[DagModel]:
-    with orm.session_scope() as session:
-        query = select(DagModel).order_by(DagModel.dag_id)
-        if not include_inactive:
-            query = query.where(DagModel.is_active.is_(True))
-        return list(session.scalars(query))
 
 
 def get_dag(dag_id: str) -> tuple[DagModel, serialize.SerializedDag]:
@@ -70,10 +61,6 @@ def set_paused(dag_id: str, paused: bool) -> bool:
         changed = model.is_paused != paused
         model.is_paused = paused
         return changed
-
-
-def tags_of(model: DagModel) -> list[str]:
-    return json.loads(model.tags or "[]")
 
 
 # -- dags check ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
-from spawnflow.services.records import NotFound, get_run
+from spawnflow.services.records import NotFound, get_run, no_run
 
 
 def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
@@ -26,22 +26,6 @@ def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
         if session.get(DagModel, dag_id) is None:
             raise NotFound(f"there is no Dag {dag_id!r}; see `spawnflow dags list`")
         return runs.trigger_run(session, dag_id, conf)
-
-
-def list_runs(dag_id: str | None = None, limit: int = 50) -> list[DagRun]:
-    with orm.session_scope(write=False) as session:
-        query = select(DagRun).order_by(DagRun.logical_date.desc(), DagRun.id.desc()).limit(limit)
-        if dag_id:
-            query = query.where(DagRun.dag_id == dag_id)
-        return list(session.scalars(query))
-
-
-def task_instances(dag_id: str, run_id: str) -> list[TaskInstance]:
-    run = get_run(dag_id, run_id)
-    with orm.session_scope(write=False) as session:
-        return list(session.scalars(
-            select(TaskInstance).where(TaskInstance.dag_run_id == run.id).order_by(TaskInstance.id)
-        ))  # fmt: skip
 
 
 def _task_instance(
@@ -65,7 +49,7 @@ def _locked_run(session, dag_id: str, run_id: str) -> DagRun:
         select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).with_for_update()
     )
     if run is None:
-        raise NotFound(f"Dag {dag_id!r} has no run {run_id!r}; see `spawnflow runs list`")
+        raise no_run(dag_id, run_id)
     return run
 
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from spawnflow.bootstrap import orm
 from spawnflow.models import Base, schema
+from tests.commands.test_listings import modules_imported_by
 
 
 def test_migrations_match_the_models(migrated_database, database_url):
@@ -59,17 +56,5 @@ def test_a_database_never_migrated_is_at_no_revision(empty_database_url, make_se
 def test_commands_that_check_the_schema_do_not_import_alembic(
     command, migrated_database, database_url, home
 ):
-    # In a fresh interpreter (this one imported Alembic for the tests above), as the
-    # console script runs them.
-    code = (
-        "import sys\nfrom spawnflow.commands import cli\n"
-        f"cli.main({command!r}, prog_name='spawnflow', standalone_mode=False)\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))"
-    )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
-    env.update(SPAWNFLOW_HOME=str(home), SPAWNFLOW__DATABASE__URL=database_url,
-               SPAWNFLOW__CORE__LOAD_EXAMPLES="false")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().splitlines()[-1] == "[]"
+    imported = modules_imported_by(command, home, database_url)
+    assert {m for m in imported if m.split(".")[0] == "alembic"} == set()

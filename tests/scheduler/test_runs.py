@@ -16,6 +16,7 @@ from spawnflow.models.run import XCom
 from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 from spawnflow.processors.scheduler.job import Scheduler
 from spawnflow.sdk import xcom
+from spawnflow.services import listings
 from spawnflow.services import runs as run_service
 from tests.oskit import KILLED, POSIX
 from tests.process.test_orphans import kill_if_running
@@ -79,7 +80,7 @@ def test_the_example_dags_run_and_pass_data(scheduling):
     with orm.session_scope() as session:
         values = {row.key: xcom.decode(row.value) for row in session.scalars(select(XCom))}
     assert values  # the last run's XComs, from the fan-out example
-    etl = next(iter(run_service.list_runs("example_etl")))
+    etl = next(iter(listings.list_runs("example_etl")))
     totals = _xcom(etl.id, "transform")
     assert totals == {"ada": 15.75, "grace": 7.0}
 
@@ -104,7 +105,7 @@ def test_a_task_that_fails_once_succeeds_on_its_retry(scheduling):
 def _log(settings, run_id, task_id, attempt):
     from spawnflow.processors.scheduler.queueing import attempt_log
 
-    run = next(r for r in run_service.list_runs() if r.id == run_id)
+    run = next(r for r in listings.list_runs() if r.id == run_id)
     return attempt_log(settings, run.dag_id, run.run_id, task_id, attempt)
 
 
@@ -274,7 +275,7 @@ def _stopped_from_outside(settings, run_id: int, task_id: str, attempt: int) -> 
 def test_mark_failed_stops_a_running_task_within_a_heartbeat(scheduling):
     settings, marks = scheduling
     run_id = harness.trigger("held")
-    dag_run = next(r for r in run_service.list_runs("held") if r.id == run_id)
+    dag_run = next(r for r in listings.list_runs("held") if r.id == run_id)
     task_pid: list[int] = []
 
     def mark_the_task_failed(summary) -> None:
@@ -298,7 +299,7 @@ def test_mark_failed_stops_a_running_task_within_a_heartbeat(scheduling):
 def test_clearing_a_running_task_stops_it_before_it_runs_again(scheduling):
     settings, marks = scheduling
     run_id = harness.trigger("held")
-    dag_run = next(r for r in run_service.list_runs("held") if r.id == run_id)
+    dag_run = next(r for r in listings.list_runs("held") if r.id == run_id)
     first: list[int] = []
     first_alive_during_second: list[bool] = []
 
@@ -328,7 +329,7 @@ def test_clearing_a_running_task_stops_it_before_it_runs_again(scheduling):
 def test_clearing_a_task_removes_its_xcoms_and_runs_it_again(scheduling):
     settings, _ = scheduling
     run_id = run_dag(settings, "example_etl")
-    dag_run = next(r for r in run_service.list_runs("example_etl") if r.id == run_id)
+    dag_run = next(r for r in listings.list_runs("example_etl") if r.id == run_id)
     assert _xcom(run_id, "transform") == {"ada": 15.75, "grace": 7.0}
 
     run_service.clear("example_etl", dag_run.run_id, ["transform", "load"])
