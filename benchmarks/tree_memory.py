@@ -1,9 +1,10 @@
 """Memory of the ``spawnflow standalone`` process tree per start method, per role.
 
 For each start method, ``spawnflow standalone`` runs in a home of its own (SQLite, no
-example Dags, ``[executor] parallelism`` 4) with one Dag of eight tasks that wait for a
-gate file. The tree is measured twice: idle (the scheduler and its four workers ready,
-the Dag parsed, nothing running) and busy (four tasks running, waiting at the gate).
+example Dags, ``[executor] parallelism`` 4, ``[executor] worker_idle_timeout`` 5 s) with
+one Dag of eight tasks that wait for a gate file. The tree is measured twice: idle (the
+Dag parsed, nothing running, and the worker the executor starts with gone after its idle
+timeout) and busy (four tasks running on four workers, waiting at the gate).
 Each process is named after its role on Linux (``/proc/<pid>/comm``); the benchmark
 sums PSS (each shared page split between the processes that share it) and RSS per
 role, and prints the tree's total, the median of three samples a second apart.
@@ -119,24 +120,26 @@ def measure(method: str) -> dict[str, dict[str, tuple[int, float, float]]]:
         **os.environ, "SPAWNFLOW_HOME": str(home),
         "SPAWNFLOW__CORE__MP_START_METHOD": method, "SPAWNFLOW__CORE__LOAD_EXAMPLES": "false",
         "SPAWNFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "SPAWNFLOW__EXECUTOR__PARALLELISM": "4",
+        "SPAWNFLOW__EXECUTOR__PARALLELISM": "4", "SPAWNFLOW__EXECUTOR__WORKER_IDLE_TIMEOUT": "5",
     }  # fmt: skip
     cli = [sys.executable, "-m", "spawnflow"]
     standalone = subprocess.Popen([*cli, "standalone"], env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)  # fmt: skip
     top = psutil.Process(standalone.pid)
     try:
-        wait_for("four workers", lambda: count(top, "executor-worker") == 4, top)
+        wait_for("the scheduler", lambda: count(top, "scheduler") == 1, top)
 
         def listed() -> bool:
             done = subprocess.run([*cli, "dags", "list"], env=env, capture_output=True, text=True)
             return "held" in done.stdout
 
         wait_for("the Dag to be parsed", listed, top)
+        wait_for("idle workers to leave", lambda: count(top, "executor-worker") == 0, top)
         idle = median_sample(top)
         subprocess.run([*cli, "dags", "trigger", "held"], env=env, check=True,
                        capture_output=True)  # fmt: skip
         wait_for("four running tasks", lambda: count(top, "task") == 4, top)
+        assert count(top, "executor-worker") == 4
         time.sleep(1.0)  # the tasks' imports settle (measured, not a condition)
         busy = median_sample(top)
     finally:
