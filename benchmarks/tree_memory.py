@@ -9,7 +9,12 @@ Each process is named after its role on Linux (``/proc/<pid>/comm``); the benchm
 sums PSS (each shared page split between the processes that share it) and RSS per
 role, and prints the tree's total, the median of three samples a second apart.
 
-    python benchmarks/tree_memory.py [--methods fork,forkserver,spawn]
+    python benchmarks/tree_memory.py [--methods fork,forkserver,spawn] [--floor]
+
+``--floor`` prints, first, what one fresh interpreter costs with what each role
+imports (nothing; the launcher; SQLAlchemy's ORM and spawnflow's models; the
+scheduler's modules): a process that exec'd its own interpreter (spawn, and each
+forkserver with the processes it forks first) cannot be smaller than its row.
 """
 
 from __future__ import annotations
@@ -152,10 +157,50 @@ def measure(method: str) -> dict[str, dict[str, tuple[int, float, float]]]:
     return {"idle": idle, "busy": busy}
 
 
+#: What a fresh interpreter imports for each row of ``--floor``.
+FLOOR_IMPORTS = {
+    "bare interpreter": "",
+    "launcher (a child's boot)": "import spawnflow.bootstrap.launcher",
+    "+ SQLAlchemy ORM, models": (
+        "import spawnflow.bootstrap.launcher, sqlalchemy.orm, spawnflow.models;"
+        "spawnflow.models.Base"
+    ),
+    "+ scheduler modules": (
+        "import spawnflow.bootstrap.launcher, spawnflow.models;spawnflow.models.Base;"
+        "import spawnflow.processors.scheduler.job"
+    ),
+}
+
+
+def floor() -> None:
+    """PSS and RSS of one interpreter per row of FLOOR_IMPORTS, alone (median of 3)."""
+    print("one fresh interpreter; PSS / RSS in MiB (median of 3)")
+    for label, imports in FLOOR_IMPORTS.items():
+        taken = []
+        for _ in range(3):
+            code = f"{imports}\nimport sys\nprint('ready', flush=True)\nsys.stdin.read()"
+            child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)  # fmt: skip
+            try:
+                said = child.stdout.readline() if child.stdout is not None else ""
+                if said.strip() != "ready":
+                    raise SystemExit(f"tree_memory: the {label!r} interpreter did not start")
+                memory = psutil.Process(child.pid).memory_full_info()
+                taken.append((memory.pss / 2**20, memory.rss / 2**20))
+            finally:
+                child.communicate("")
+        pss, rss = statistics.median(p for p, _ in taken), statistics.median(r for _, r in taken)
+        print(f"{label:<28}{pss:7.1f} / {rss:6.1f}")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=None)
+    parser.add_argument("--floor", action="store_true", help="first, one interpreter per role")
     args = parser.parse_args()
+    if args.floor:
+        floor()
     from spawnflow.bootstrap import startmethods
 
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
