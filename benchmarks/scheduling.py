@@ -1,22 +1,25 @@
 """End-to-end task throughput and scheduling latency per start method.
 
 Two Dags of no-op Python tasks: ``fanout`` (one root, 200 tasks after it, or
-``--fanout N``: the scheduler's cost per loop should not grow with N) and
-``chain`` (50 tasks one after another). For each start method, in a process of its
-own with a fresh SQLite database, each Dag gets one manual run driven by the
-scheduler and the local executor until it finishes. Printed per method: tasks per
-second over the fan-out run, the scheduling latency from an upstream task's end to
-its downstream task's start along the chain (p50, p95), and the peak RSS of the
+``--fanout N``: the scheduler's cost per loop should not grow with N, and a join task
+after all of them) and ``chain`` (50 tasks one after another). For each start method,
+in a process of its own with a fresh SQLite database, each Dag gets one manual run
+driven by the scheduler and the local executor until it finishes. Printed per method:
+tasks per second over the fan-out run, the scheduling latency from an upstream task's
+end to its downstream task's start along the chain (p50, p95), and the peak RSS of the
 workers and of the task processes (each task reports its own).
 
-With ``--airflow PYTHON`` (the interpreter of a virtualenv with Apache Airflow) the
+With ``--airflow PYTHON`` (the interpreter of a virtualenv with Apache Airflow 3.x) the
 same Dags also run on Airflow's LocalExecutor (``benchmarks/airflow_runner.py``) and
 the ratios are printed; Airflow's LocalExecutor needs a server database, so pass
-``--database-url`` (PostgreSQL) and both systems use it.
+``--database-url`` (PostgreSQL): spawnflow uses it, Airflow a database of its own
+(``--airflow-database-url``, by default the same name with ``_airflow`` appended).
+``--rounds N`` measures every method and Airflow in turn, N times over, so that drift
+on a busy machine hits each alike, and prints each round and the medians.
 
     python benchmarks/scheduling.py [--methods fork,spawn] [--workers 4] [--fanout 800]
         [--database-url postgresql://postgres@127.0.0.1:5432/bench]
-        [--airflow /tmp/airflow-venv/bin/python]
+        [--airflow /tmp/airflow-venv/bin/python] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _setup import summary
+
 DAGS = """
 from spawnflow import Dag, task
 from spawnflow.bootstrap.platform import peak_rss_bytes
@@ -42,9 +47,8 @@ def noop():
 
 
 with Dag("fanout", max_active_tasks=64):
-    root = noop()
-    for n in range({fanout}):
-        root >> noop()
+    leaves = [noop() for n in range({fanout})]
+    noop() >> leaves >> noop()
 
 with Dag("chain"):
     previous = noop()
@@ -130,30 +134,66 @@ def measure(
     return results
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+def figures(r: dict) -> tuple[float, float, float, float]:
+    """Fan-out tasks/s, chain seconds, and the chain's latency p50 and p95 of one result."""
+    fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
+    assert fan["state"] == chain["state"] == "success", r
+    p50, p95 = summary(gaps)
+    return fan["tasks"] / fan["seconds"], chain["seconds"], p50, p95
+
+
+def row(name: str, values: tuple[float, float, float, float]) -> str:
+    rate, chain, p50, p95 = values
+    return f"{name:<11}{rate:>15.1f}{chain:>9.2f}{p50 * 1e3:>11.0f}ms{p95 * 1e3:>6.0f}ms"
+
+
+def measure_in_child(args, method: str) -> dict:
+    """One ``measure`` under ``method``, in a fresh interpreter."""
+    extra = ["--database-url", args.database_url] if args.database_url else []
+    if args.loop_interval:
+        extra += ["--loop-interval", args.loop_interval]
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),
+         "--fanout", str(args.fanout), *extra],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def measure_airflow(args) -> dict:
+    """The same Dags on Airflow's LocalExecutor (``airflow_runner.py``); its progress
+    goes to our stderr."""
+    url = args.airflow_database_url or (args.database_url or "") + "_airflow"
+    runner = Path(__file__).with_name("airflow_runner.py")
+    home = tempfile.mkdtemp(prefix="airflow-bench-")
+    done = subprocess.run(
+        [args.airflow, str(runner), "--database-url", url, "--workers", str(args.workers),
+         "--fanout", str(args.fanout), "--home", home],
+        stdout=subprocess.PIPE, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=None)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--fanout", type=int, default=200, help="tasks after the root")
+    parser.add_argument("--fanout", type=int, default=200, help="tasks between root and join")
     parser.add_argument(
         "--loop-interval",
         default=None,
         help="[scheduler] loop_interval (default: the product's default)",
     )
     parser.add_argument("--database-url", default=None, help="default: a SQLite file per run")
-    parser.add_argument("--airflow", default=None, help="Python of a virtualenv with Airflow")
+    parser.add_argument("--airflow", default=None, help="Python of a virtualenv with Airflow 3")
     parser.add_argument(
         "--airflow-database-url", default=None, help="default: --database-url + '_airflow'"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.airflow and args.fanout != 200:
-        parser.error("--airflow runs Airflow's 200-task fan-out: leave --fanout at 200")
+    if args.airflow and not (args.airflow_database_url or args.database_url):
+        parser.error("--airflow needs a PostgreSQL --database-url or --airflow-database-url")
     if args.measure:
         print(
             json.dumps(
@@ -167,54 +207,39 @@ def main() -> None:
     from spawnflow.bootstrap import startmethods
 
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
-    print(f"fanout: 1 + {args.fanout} no-op tasks; chain: 50 no-op tasks; {args.workers} workers")
-    print(f"{'method':<11}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}"
-          f"{'p95':>8}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")  # fmt: skip
-    rates = {}
-    extra = ["--database-url", args.database_url] if args.database_url else []
-    if args.loop_interval:
-        extra += ["--loop-interval", args.loop_interval]
-    for method in methods:
-        done = subprocess.run(
-            [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),
-             "--fanout", str(args.fanout), *extra],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        r = json.loads(done.stdout.strip().splitlines()[-1])
-        fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
-        assert fan["state"] == chain["state"] == "success", r
-        task_rss = max(fan["task_rss"], chain["task_rss"])
-        rates[method] = (fan["tasks"] / fan["seconds"], statistics.median(gaps))
-        print(
-            f"{method:<11}{fan['tasks'] / fan['seconds']:>15.1f}{chain['seconds']:>9.2f}"
-            f"{statistics.median(gaps) * 1e3:>11.0f}ms{percentile(gaps, 0.95) * 1e3:>6.0f}ms"
-            f"{r['worker_rss'] / 2**20:>9.1f}MiB{task_rss / 2**20:>7.1f}MiB"
-            f"{r['scheduler_rss'] / 2**20:>12.1f}MiB"
-        )
+    print(f"fanout: 1 + {args.fanout} + 1 no-op tasks; chain: 50 no-op tasks; "
+          f"{args.workers} workers; {args.rounds} round(s)", flush=True)  # fmt: skip
+    header = f"{'method':<11}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}{'p95':>8}"
+    print(f"{header}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")
+    results: dict[str, list[tuple[float, float, float, float]]] = {}
+    version = None
+    for _ in range(args.rounds):
+        for method in methods:
+            r = measure_in_child(args, method)
+            results.setdefault(method, []).append(figures(r))
+            task_rss = max(r["fanout"]["task_rss"], r["chain"]["task_rss"])
+            print(f"{row(method, results[method][-1])}{r['worker_rss'] / 2**20:>9.1f}MiB"
+                  f"{task_rss / 2**20:>7.1f}MiB{r['scheduler_rss'] / 2**20:>12.1f}MiB",
+                  flush=True)  # fmt: skip
+        if args.airflow:
+            r = measure_airflow(args)
+            version = r["airflow_version"]
+            results.setdefault("airflow", []).append(figures(r))
+            print(f"{row('airflow', results['airflow'][-1])}   (Airflow {version}, LocalExecutor)",
+                  flush=True)  # fmt: skip
+    medians = {
+        name: tuple(statistics.median(column) for column in zip(*rounds, strict=True))
+        for name, rounds in results.items()
+    }
+    if args.rounds > 1:
+        print(f"\nmedians of {args.rounds} rounds\n{header}")
+        for name, values in medians.items():
+            print(row(name, values))
     if args.airflow:
-        compare_with_airflow(args, rates)
-
-
-def compare_with_airflow(args, rates: dict) -> None:
-    """Run the same Dags on Airflow's LocalExecutor and print the ratios."""
-    url = args.airflow_database_url or (args.database_url or "") + "_airflow"
-    runner = Path(__file__).with_name("airflow_runner.py")
-    home = tempfile.mkdtemp(prefix="airflow-bench-")
-    done = subprocess.run(
-        [args.airflow, str(runner), "--database-url", url, "--workers", str(args.workers),
-         "--home", home],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    r = json.loads(done.stdout.strip().splitlines()[-1])
-    fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
-    rate, latency = fan["tasks"] / fan["seconds"], statistics.median(gaps)
-    print(
-        f"{'airflow':<11}{rate:>15.1f}{chain['seconds']:>9.2f}{latency * 1e3:>11.0f}ms"
-        f"{percentile(gaps, 0.95) * 1e3:>6.0f}ms   (Airflow {r['airflow_version']}, LocalExecutor)"
-    )
-    for method, (ours, our_latency) in rates.items():
-        print(f"{method}: {ours / rate:.1f}x Airflow's throughput, "
-              f"latency p50 {our_latency * 1e3:.0f} ms vs {latency * 1e3:.0f} ms")  # fmt: skip
+        rate, _, latency, _ = medians.pop("airflow")
+        for method, (ours, _, our_latency, _) in medians.items():
+            print(f"{method}: {ours / rate:.1f}x Airflow {version}'s throughput, "
+                  f"latency p50 {our_latency * 1e3:.0f} ms vs {latency * 1e3:.0f} ms")  # fmt: skip
 
 
 if __name__ == "__main__":
