@@ -18,8 +18,9 @@ supervisor waits up to ``[workers] min_heartbeat_interval`` (5 s by default) bet
 heartbeats, and with 5 s many task processes held their worker for seconds after
 their task had ended; here it is 1 s, and the scheduler heartbeats every second.
 
-Run it with Airflow's interpreter (the database is created if it does not exist, and
-its tables are dropped and recreated by ``airflow db reset``):
+Run it with the interpreter of a virtualenv made with ``pip install "apache-airflow==3.*"
+psycopg2-binary asyncpg`` (the database is created if it does not exist, and its tables
+are dropped and recreated by ``airflow db reset``):
 
     /tmp/airflow-venv/bin/python benchmarks/airflow_runner.py \\
         --database-url postgresql://postgres@127.0.0.1:5432/bench_airflow \\
