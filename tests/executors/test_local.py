@@ -42,10 +42,8 @@ def test_a_worker_that_ends_is_lost_and_the_next_task_starts_a_fresh_one(
 
     from spawnflow.executors import TaskEnded
 
-    settings = make_settings(**{"core.mp_start_method": start_method,
-                                "executor.parallelism": "1"})  # fmt: skip
-    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:chatty_worker")
-    executor = local.LocalExecutor(settings)
+    executor = _executor(start_method, make_settings, monkeypatch, "chatty_worker",
+                         parallelism="1")  # fmt: skip
     executor.start()
     try:
         first = executor.workers[0]
@@ -55,10 +53,7 @@ def test_a_worker_that_ends_is_lost_and_the_next_task_starts_a_fresh_one(
         assert executor.free_slots() == 1  # nothing waits for it: no worker is started yet
 
         executor.queue(_workload(5))
-        ended: list = []
-        assert executor.watch.until(lambda: bool(ended.extend(executor.events()) or ended),
-                                    timeout=120)  # fmt: skip
-        assert ended == [TaskEnded(5, "success")]
+        assert _ends(executor) == [TaskEnded(5, "success")]
         assert [w.pid for w in executor.workers] != [first.pid]
     finally:
         executor.end(grace=5)
@@ -71,12 +66,8 @@ def test_workers_start_as_tasks_need_them_up_to_parallelism(
     another, up to [executor] parallelism; tasks beyond wait for a slot."""
     from spawnflow.executors import TaskEnded
 
-    settings = make_settings(**{
-        "core.mp_start_method": start_method, "executor.parallelism": "3",
-        "executor.worker_idle_timeout": "0",
-    })  # fmt: skip
-    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
-    executor = local.LocalExecutor(settings)
+    executor = _executor(start_method, make_settings, monkeypatch, "hold_until_gate",
+                         parallelism="3", worker_idle_timeout="0")  # fmt: skip
     executor.start()
     gate = tmp_path / "gate"
     try:
@@ -88,10 +79,7 @@ def test_workers_start_as_tasks_need_them_up_to_parallelism(
         assert len(executor.workers) == 3
 
         gate.touch()
-        ended: list = []
-        assert executor.watch.until(
-            lambda: len(ended.extend(executor.events()) or ended) == 3, timeout=120
-        )
+        ended = _ends(executor, 3)
         assert sorted(e.ti_id for e in ended) == [1, 2, 3]
         assert all(isinstance(e, TaskEnded) and e.state == "success" for e in ended)
         assert (len(executor.workers), executor.free_slots()) == (3, 3)  # 0: they stay
@@ -104,12 +92,9 @@ def test_an_idle_worker_leaves_after_the_idle_timeout_and_nothing_is_lost(
 ):
     from spawnflow.executors import TaskEnded
 
-    settings = make_settings(**{
-        "core.mp_start_method": start_method, "executor.parallelism": "2",
-        "executor.worker_idle_timeout": "0.2", "executor.heartbeat_interval": "0.1",
-    })  # fmt: skip
-    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
-    executor = local.LocalExecutor(settings)
+    executor = _executor(start_method, make_settings, monkeypatch, "hold_until_gate",
+                         parallelism="2", worker_idle_timeout="0.2",
+                         heartbeat_interval="0.1")  # fmt: skip
     gate = tmp_path / "gate"
     with caplog.at_level("WARNING"):
         executor.start()
@@ -120,10 +105,7 @@ def test_an_idle_worker_leaves_after_the_idle_timeout_and_nothing_is_lost(
 
             gate.touch()
             executor.queue(_workload(9, dag_file=str(gate)))
-            ended: list = []
-            assert executor.watch.until(lambda: bool(ended.extend(executor.events()) or ended),
-                                        timeout=120)  # fmt: skip
-            assert ended == [TaskEnded(9, "success")]
+            assert _ends(executor) == [TaskEnded(9, "success")]
             assert [w.pid for w in executor.workers] != [first]
         finally:
             executor.end(grace=5)
@@ -134,10 +116,8 @@ def test_an_idle_worker_leaves_after_the_idle_timeout_and_nothing_is_lost(
 def test_a_stop_hands_back_the_tasks_that_waited_for_a_worker(
     start_method, make_settings, monkeypatch, tmp_path
 ):
-    settings = make_settings(**{"core.mp_start_method": start_method,
-                                "executor.parallelism": "2"})  # fmt: skip
-    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:hold_until_gate")
-    executor = local.LocalExecutor(settings)
+    executor = _executor(start_method, make_settings, monkeypatch, "hold_until_gate",
+                         parallelism="2")  # fmt: skip
     executor.start()
     gate = tmp_path / "gate"
     waiting = _workload(2, dag_file=str(gate))
@@ -261,6 +241,23 @@ def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
         assert len(servers) == (start_method == "forkserver"), children
     finally:
         executor.end(grace=5)
+
+
+def _executor(start_method, make_settings, monkeypatch, target: str, **executor_options):
+    """An executor (not started) whose workers run ``tests.fixtures.targets:<target>``."""
+    options = {f"executor.{name}": value for name, value in executor_options.items()}
+    settings = make_settings(**{"core.mp_start_method": start_method, **options})
+    monkeypatch.setattr(local, "TARGET", f"tests.fixtures.targets:{target}")
+    return local.LocalExecutor(settings)
+
+
+def _ends(executor: local.LocalExecutor, count: int = 1) -> list:
+    """The next ``count`` events of ``executor``, serviced until they came (2 min at most)."""
+    ended: list = []
+    assert executor.watch.until(
+        lambda: len(ended.extend(executor.events()) or ended) >= count, timeout=120
+    )
+    return ended
 
 
 def _workload(ti_id: int, dag_file: str = "/d.py"):
