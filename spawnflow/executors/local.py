@@ -165,7 +165,10 @@ class LocalExecutor(BaseExecutor):
     def request_stop(self) -> None:
         self.stopping = True
         for worker in self.workers:
-            if worker.exit_status is None:
+            # One already asked to leave (hung, or idle too long) is not asked again: a
+            # second request means "now" to a worker, and this stop is a warm one.
+            leaving = worker.pid in self.hung or worker.pid in self.retiring
+            if worker.exit_status is None and not leaving:
                 worker.request_warm_stop()
 
     def wait(self, timeout: float) -> None:

@@ -243,6 +243,37 @@ def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
         executor.end(grace=5)
 
 
+def test_a_warm_stop_does_not_ask_a_worker_already_stopped_for_hanging_twice(
+    start_method, make_settings, monkeypatch, tmp_path
+):
+    """A worker found hung was asked to stop warm; the executor's own warm stop must not
+    ask it again, since a second request means "now" to a worker."""
+    from spawnflow.executors import WorkerLost
+
+    settings = make_settings(**{
+        "core.mp_start_method": start_method, "core.stop_grace_period": "600",
+        "executor.parallelism": "1", "executor.heartbeat_interval": "0.1",
+        "scheduler.task_heartbeat_timeout": "1",
+    })  # fmt: skip
+    monkeypatch.setattr(local, "TARGET", "tests.fixtures.targets:silent_until_stopped")
+    executor = local.LocalExecutor(settings)
+    executor.start()
+    gate = tmp_path / "gate"
+    try:
+        executor.queue(_workload(7, dag_file=str(gate)))
+        assert executor.watch.until(lambda: bool(executor.hung), timeout=120)
+        # Once the worker took that request (two signals sent together may merge).
+        asked = tmp_path / "gate.asked"
+        assert executor.watch.until(asked.exists, timeout=120, poll=0.05)
+        executor.request_stop()
+        gate.touch()  # only now may the worker look whether it was asked twice
+        lost = _ends(executor)
+    finally:
+        executor.end(grace=5)
+    assert [type(event) for event in lost] == [WorkerLost]
+    assert (tmp_path / "gate.stop").read_text() == "warm"
+
+
 def _executor(start_method, make_settings, monkeypatch, target: str, **executor_options):
     """An executor (not started) whose workers run ``tests.fixtures.targets:<target>``."""
     options = {f"executor.{name}": value for name, value in executor_options.items()}

@@ -303,3 +303,48 @@ def test_a_pass_does_not_end_a_run_on_a_change_somebody_else_overtook(
     assert overtaken == [True]
     assert harness.task_instances(run_id)["gone"].state == "queued"
     assert harness.run_state(run_id) == "running"
+
+
+class LosingItsWorker(Holding):
+    """Starts what it is given (as a worker would: running, try 1), then reports the
+    worker that ran it lost."""
+
+    def queue(self, workload) -> None:
+        super().queue(workload)
+        with orm.session_scope() as session:
+            ti = session.get(TaskInstance, workload.ti_id)
+            ti.state, ti.try_number = "running", workload.try_number
+
+    def events(self) -> list:
+        from spawnflow.executors import WorkerLost
+
+        lost = [WorkerLost(workload, "its executor worker (pid 1) ended") for workload in self.held]
+        self.held = []
+        return lost
+
+
+def test_a_second_stop_request_while_a_lost_worker_is_written_queues_its_task_again(
+    make_settings, tmp_path, monkeypatch
+):
+    """The second Ctrl-C can land while the scheduler writes what a lost worker ran (the
+    stop reached the worker first): that task was cut short by the same stop. It is
+    queued again with the reason, its try not counted, never left ``running``."""
+    from spawnflow.bootstrap import lifecycle
+
+    settings = setup(make_settings, tmp_path)
+    run_id = harness.trigger("narrow")
+
+    def interrupted(self, event) -> None:
+        raise lifecycle.WarmStop()  # the second request, raised in the main thread
+
+    monkeypatch.setattr(Scheduler, "_lost", interrupted)
+    scheduler = Scheduler(settings, executor=LosingItsWorker(1), only_runs={run_id})
+    with pytest.raises(lifecycle.WarmStop):
+        scheduler.run(num_loops=3)
+
+    rows = {
+        (ti.state, ti.try_number, ti.reason)
+        for ti in harness.task_instances(run_id).values() if ti.state != "scheduled" or ti.reason
+    }  # fmt: skip
+    why = "its scheduler stopped before the task finished (a cold stop); queued again"
+    assert rows == {("scheduled", 0, why)}

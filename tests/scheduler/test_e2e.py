@@ -217,7 +217,7 @@ def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
     hold = query(url, "SELECT state, try_number, reason FROM task_instance "
                       "WHERE task_id = 'hold'")  # fmt: skip
     assert hold == [("scheduled", 0, "its scheduler stopped before the task finished "
-                     "(a cold stop); queued again")]  # fmt: skip
+                     "(a cold stop); queued again")], err  # fmt: skip
 
 
 def test_a_scheduler_killed_mid_run_and_restarted_loses_nothing_and_runs_nothing_twice(

@@ -165,6 +165,11 @@ class Scheduler:
             raise
         finally:
             unfinished += self.executor.end(grace=0.05 * grace if grace_ends is not None else None)
+            # A second stop request can interrupt the loop while it writes a lost worker's
+            # task (the worker went first: the stop reached it too): that task was cut
+            # short by the same stop, and the executor no longer holds it.
+            unfinished += [e.workload for e in self._events if isinstance(e, WorkerLost)]
+            self._events = []
             self._unregister(unfinished)
 
     def _unregister(self, unfinished: list[Workload]) -> None:
