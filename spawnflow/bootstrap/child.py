@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from spawnflow.bootstrap import lifecycle, wire
+from spawnflow.bootstrap import forkservers, lifecycle, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.errors import UserError
@@ -284,26 +284,35 @@ def children() -> list[Child]:
 
 
 def stop_children(grace: float | None = None) -> None:
-    """Stop every child this process launched that is still running."""
+    """Stop every child this process launched that is still running, with their trees."""
     with lifecycle.unwinding():
-        stop_many(children(), grace)
+        stop_many(children(), grace, whole_tree=True)
 
 
-def stop_many(group: list[Child], grace: float | None = None) -> None:
+def stop_many(group: list[Child], grace: float | None = None, *, whole_tree: bool = False) -> None:
     """Stop several children at once: warm stops to all, one grace period, then cold.
 
     Stopping them one after the other would let N stubborn children take N grace
     periods. A grace of 0 kills them without asking, as :meth:`Child.stop` does.
+    ``whole_tree``: the group is every child this process runs, and the cold stop
+    also takes what the forkservers this process shares forked for them (children of
+    those servers, not of their launchers, which a walk of each child's tree misses).
+    All that is killed goes in one sweep, every process stopped before any dies.
     """
     group = [child for child in group if child.exit_status is None]
+    # Our other children, which this stop leaves alone, even where our servers forked them.
+    others = [pid for pid, child in _children.items() if child not in group]
     if not group:
+        if whole_tree:
+            platforms.current().kill_tree(forkservers.forked(skip=others))
         return
+    platform = group[0]._platform
     if grace is None:
         grace = (group[0].spec.settings or settings_module.current()).core.stop_grace_period
     trees = {}
     for child in group:
         if not child._has_exited():
-            trees[child] = child._platform.snapshot_tree(child._handle)
+            trees[child] = platform.snapshot_tree(child._handle)
             if grace > 0:
                 child.request_warm_stop()
     deadline = time.monotonic() + grace
@@ -313,11 +322,13 @@ def stop_many(group: list[Child], grace: float | None = None) -> None:
             if child._has_exited(0.05):
                 waiting.remove(child)
             else:
-                trees[child] = _merge(trees[child], child._platform.snapshot_tree(child._handle))
+                trees[child] = _merge(trees[child], platform.snapshot_tree(child._handle))
+    leftovers = [process for tree in trees.values() for process in tree]
+    if whole_tree:
+        leftovers += forkservers.forked(skip=others)
+    platform.kill_tree(leftovers)
     for child in group:
-        cold = child in waiting
-        child._platform.kill_tree(trees.get(child, []))
-        child._reap(cold=cold)
+        child._reap(cold=child in waiting)
 
 
 def _after_fork_in_child() -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import msgspec
 
-from spawnflow.bootstrap import lifecycle, logs, startmethods, wire
+from spawnflow.bootstrap import forkservers, lifecycle, logs, startmethods, wire
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.child import (
@@ -132,14 +132,16 @@ def _require_plain(value: Any, where: str) -> None:
     )
 
 
-def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
+def launch(spec: ChildSpec, *, method: str | None = None, share_forkservers: bool = False) -> Child:
     """Start the child that ``spec`` describes and return at once.
 
     The start method is ``method`` if given, else the one configured for the spec's
     role (``[component] mp_start_method`` of the component the role belongs to, see
     :data:`~spawnflow.bootstrap.startmethods.ROLE_COMPONENTS`, else
     ``[core] mp_start_method``). Watch it (:mod:`spawnflow.bootstrap.watch`) or call
-    :meth:`Child.wait_ready` to wait for it to boot.
+    :meth:`Child.wait_ready` to wait for it to boot. ``share_forkservers``: the child's
+    tree forks from the forkservers this process shares
+    (:func:`~spawnflow.bootstrap.forkservers.share`).
     """
     started = time.perf_counter()
     snapshot = spec.settings or settings_module.current()
@@ -155,7 +157,10 @@ def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
     parent_end, child_end = ctx.Pipe(duplex=True)
     control_parent = control_child = None
     platform = platforms.current()
-    if platform.control_pipe:
+    # A child forked by a server that another process of the tree started is not ours
+    # in the OS tree: no parent-death signal tells it that we died, its pipe's EOF does.
+    through_adopted = method == "forkserver" and forkservers.adopted(spec.role)
+    if platform.control_pipe or through_adopted:
         control_child, control_parent = ctx.Pipe(duplex=False)
     readers, writers = ((), ())
     if spec.capture_output:
@@ -177,13 +182,19 @@ def launch(spec: ChildSpec, *, method: str | None = None) -> Child:
             os.getpid(),
             ours,
             writers,
+            forkservers.handed_down(share_forkservers),
         ),
         name=f"spawnflow-{spec.role}",
         daemon=False,
     )
     try:
-        with platform.launching(exec_follows=startmethods.starts_by_exec(method)):
-            process.start()
+        if method == "forkserver":
+            exec_follows = forkservers.starts_by_exec(spec.role)
+            with platform.launching(exec_follows), forkservers.launching_through(spec.role):
+                process.start()
+        else:
+            with platform.launching(exec_follows=method == "spawn"):
+                process.start()
         platform.adopt_into_own_group(process.pid)
     finally:
         # The child holds its own copies now (or never started): closing ours lets
@@ -284,6 +295,7 @@ def _child_entry(
     parent_pid: int,
     parents_ends: tuple = (),
     output: tuple = (),
+    servers: tuple = (),
 ) -> None:
     """Where every child starts, under every start method."""
     started = time.perf_counter()
@@ -295,6 +307,7 @@ def _child_entry(
         platforms.current().redirect_output(*output)
     if method == "forkserver":
         startmethods.release_forkserver()
+    forkservers.adopt(servers)
     _upward.extend(c for c in (connection, control) if c is not None)
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"

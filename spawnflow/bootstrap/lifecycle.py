@@ -128,10 +128,11 @@ def install(
     if control is None:
         return
     watch = _ControlWatch(control, platform, orphan_grace, kill_with_parent)
-    signum = platform.signal_on_control_input(control)
+    signum = platform.control_signal()
     if signum is not None:
         # The kernel tells us; no thread, so a child that forks does so single-threaded.
         signal.signal(signum, watch.on_signal)
+        platform.signal_on_control_input(control)
         if control.poll(0):  # the parent died before we asked to be told
             watch.on_signal(signum, None)
     else:

@@ -26,16 +26,6 @@ from spawnflow.bootstrap.settings_table import COMPONENTS
 if TYPE_CHECKING:
     from spawnflow.bootstrap.settings import Settings, Source
 
-#: Modules the forkserver imports once so that its children start warm. Only
-#: bootstrap and processor modules: never user code, nothing that opens a socket
-#: or starts a thread at import, and nothing that imports SQLAlchemy (children
-#: that do not use the database must not carry it; a test checks all three).
-FORKSERVER_PRELOAD = (
-    "spawnflow.bootstrap.launcher",
-    "spawnflow.processors.dag_processor.parser",
-)
-
-
 #: Which component's ``mp_start_method`` starts a process of each role: a component's
 #: own process (when ``spawnflow standalone`` starts it) and the children it starts.
 #: A role not listed (probes, commands' helpers) uses ``[core] mp_start_method``.
@@ -150,45 +140,13 @@ def release_forkserver() -> None:
         server._forkserver_alive_fd = None
 
 
-def start_forkserver_early(method: str) -> None:
-    """Start this process's forkserver now if ``method`` is forkserver.
-
-    Its first launch blocks until the server has started its interpreter and imported
-    :data:`FORKSERVER_PRELOAD`: seconds on a busy machine, during which a worker could
-    not tell its executor it lives. Started while the process waits for work, that
-    cost is paid before any launch needs the server.
-    """
-    if method != "forkserver":
-        return
-    import multiprocessing.forkserver as forkserver
-
-    context(method)  # the preload and the socket's folder, before the server starts
-    forkserver.ensure_running()
-
-
-def starts_by_exec(method: str) -> bool:
-    """Whether launching a child under ``method`` now runs a new interpreter from this
-    process: spawn always; forkserver when its server is not running yet (it is started
-    with the first child, then forks the rest); fork never."""
-    if method == "spawn":
-        return True
-    if method != "forkserver":
-        return False
-    import multiprocessing.forkserver as forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    return getattr(server, "_forkserver_pid", None) is None
-
-
 def context(method: str):
     """A ``multiprocessing`` context for ``method`` (never the library's default context)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context(check(method))
     if method == "forkserver":
-        # A hint that takes effect when this process first starts its forkserver.
-        ctx.set_forkserver_preload(list(FORKSERVER_PRELOAD))
-        _fit_forkserver_socket()
+        _fit_forkserver_socket()  # before this process starts a server (forkservers.py)
     return ctx
 
 

@@ -18,7 +18,7 @@ import collections
 import time
 from typing import TYPE_CHECKING
 
-from spawnflow.bootstrap import launcher, lifecycle, logs
+from spawnflow.bootstrap import forkservers, launcher, lifecycle, logs
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.child import ChildBootError, ExitStatus, stop_many
 from spawnflow.bootstrap.errors import UserError
@@ -85,6 +85,9 @@ class LocalExecutor(BaseExecutor):
         # In a helper child: the backend's modules never enter this process or, through
         # a fork, the workers. A backend that cannot load is a UserError here, at start.
         self.xcom_backend = xcoms.check(self.settings)
+        # The workers launch their tasks and XCom helpers through one server of ours,
+        # not one each (unless this process was handed one itself).
+        forkservers.share(self.settings, ("task", "xcom-helper"))
         self._dispatch()
         self.watch.every(self.settings.executor.heartbeat_interval, self._tend_workers)
         self.watch.until(lambda: self.proved)
@@ -95,7 +98,7 @@ class LocalExecutor(BaseExecutor):
             settings=self.settings,
             warm_stop_group=False,  # the worker stops its task itself, after a grace period
         )  # fmt: skip
-        worker = launcher.launch(spec)
+        worker = launcher.launch(spec, share_forkservers=True)
         self.workers.append(worker)
         self.watch.add(
             worker, on_ready=self._on_ready, on_message=self._on_message,
@@ -194,7 +197,9 @@ class LocalExecutor(BaseExecutor):
 
     def end(self, grace: float | None = None) -> list[Workload]:
         self.stopping = True  # nothing launches meanwhile
-        stop_many(self.workers, grace)
+        # Every worker: the tasks they launched through our server (if we share one) go
+        # with them in a cold stop.
+        stop_many(self.workers, grace, whole_tree=True)
         self.workers = []
         cut_short = [workload for _, workload in self.busy.values()] + list(self.waiting)
         self.busy = {}

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spawnflow.bootstrap import launcher, lifecycle, logs
+from spawnflow.bootstrap import forkservers, launcher, lifecycle, logs, startmethods
 from spawnflow.bootstrap.child import ExitStatus, stop_many
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
@@ -52,10 +52,12 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
         show(f"the {role} {status.describe(meaning=False)}; stopping")
         ended.append(Outcome(f"the {role} {status.describe()}", 1, statuses))
 
+    # Every process of the tree forks from the servers made here (under forkserver).
+    forkservers.share(settings, startmethods.ROLE_COMPONENTS)
     children = {}
     for role, target in COMPONENTS.items():
         spec = launcher.ChildSpec(role, target, settings=settings, warm_stop_group=False)
-        children[role] = launcher.launch(spec)
+        children[role] = launcher.launch(spec, share_forkservers=True)
         watch.add(children[role], on_message=on_message, on_exit=on_exit)
     idle_after: int | None = None
     last_line = ""
@@ -88,7 +90,7 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
     finally:
         with lifecycle.unwinding():  # a second Ctrl-C while stopping: cold
             started = time.monotonic()
-            stop_many(list(children.values()))
+            stop_many(list(children.values()), whole_tree=True)
             show(f"stopped in {time.monotonic() - started:.1f} s")
         ended_cold = [c for c in children.values() if c.exit_status and c.exit_status.cold]
         if any(child.role == "scheduler" for child in ended_cold):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from spawnflow.bootstrap import forkservers
 from spawnflow.bootstrap.child import ChildBootError
 from spawnflow.executors import local
 
@@ -212,11 +213,12 @@ def test_the_schedulers_wait_ends_on_a_task_end_not_on_a_worker_saying_it_is_ali
         executor.end(grace=5)
 
 
-def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
+def test_workers_fork_their_tasks_from_one_server_the_executor_started_before_them(
     start_method, make_settings, monkeypatch
 ):
-    """The first launch through a forkserver waits for the server's interpreter and
-    preload; a worker that paid it then, silent, looked hung on a busy machine."""
+    """Under forkserver the executor starts the server that forks every worker's tasks
+    before it launches a worker (its interpreter and preload, paid at the first task,
+    made a silent worker look hung on a busy machine), and no worker starts its own."""
     import psutil
 
     from spawnflow.comms.tasks import WorkerAlive
@@ -231,14 +233,22 @@ def test_a_worker_under_forkserver_starts_its_forkserver_before_its_first_task(
         said_alive.append(isinstance(message, WorkerAlive))
         on_message(watched, message)
 
+    def servers(process: psutil.Process) -> list[int]:
+        return [
+            c.pid for c in process.children()
+            if "multiprocessing.forkserver" in " ".join(c.cmdline())
+        ]  # fmt: skip
+
     monkeypatch.setattr(executor, "_on_message", noting_alive)
     executor.start()
     try:
-        # The worker says it is alive once its loop runs, after the forkserver started.
         assert executor.watch.until(lambda: any(said_alive), timeout=120)
-        children = psutil.Process(executor.workers[0].pid).children()
-        servers = [c for c in children if "multiprocessing.forkserver" in " ".join(c.cmdline())]
-        assert len(servers) == (start_method == "forkserver"), children
+        assert servers(psutil.Process(executor.workers[0].pid)) == []
+        if start_method == "forkserver":
+            # Ours (this process may have started it for an earlier test), running.
+            ours = forkservers.server_for("task")._forkserver_pid
+            assert ours in servers(psutil.Process())
+            assert [ref.kind for ref in forkservers.handed_down(shared=True)] == ["user"]
     finally:
         executor.end(grace=5)
 

@@ -122,6 +122,47 @@ def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: st
             standalone.communicate()
 
 
+def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_without(
+    start_method, home, tmp_path
+):
+    """Under forkserver the whole tree forks from two servers standalone started: one
+    for the processes that hold an engine, one for those that run user code; no other
+    process starts a server of its own."""
+    if start_method != "forkserver":
+        pytest.skip("only the forkserver start method has servers")
+    with standalone_holding_a_task(home, start_method, tmp_path, grace="3") as held:
+        standalone, _, _, marks = held
+        # The triggerer starts its runner as it boots: under load, after the task began.
+        wait_for(lambda: "trigger-runner" in map(role_of, descendants(standalone)),
+                 what="the trigger runner")  # fmt: skip
+        # Its own children: the servers (and multiprocessing's resource tracker).
+        servers = [
+            p for p in psutil.Process(standalone.pid).children()
+            if "multiprocessing.forkserver" in " ".join(p.cmdline())
+        ]  # fmt: skip
+        parents = [server.ppid() for server in servers]
+        # By role; a child forked this instant is named after its role a moment later.
+        forked = [
+            sorted(role for role in map(role_of, server.children())
+                   if role != "gone" and not role.startswith("python"))
+            for server in servers
+        ]  # fmt: skip
+        (marks / "open").touch()
+    assert parents == [standalone.pid] * 2
+    database, user = sorted(forked, key=lambda roles: "task" in roles)
+    assert database == ["dag-processor", "executor-worker", "scheduler", "triggerer"]
+    assert set(user) <= {"file-parser", "task", "trigger-runner", "xcom-helper"}
+    assert {"task", "trigger-runner"} <= set(user)
+
+
+def role_of(process: psutil.Process) -> str:
+    """A spawnflow child's role: its process name on Linux ("gone" once it left)."""
+    try:
+        return Path(f"/proc/{process.pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
+
+
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("finishes", [True, False], ids=["task-finishes", "task-stopped"])
 def test_standalone_stopped_warm_leaves_no_process_behind(

@@ -72,11 +72,12 @@ class Platform(msgspec.Struct, frozen=True):
     def control_by_signal(self) -> bool:
         """Whether the kernel signals a child when its control pipe has something to say.
 
-        True where the pipe only ever reports the parent's death (macOS): no thread then
+        True where the pipe only ever reports the parent's death (POSIX: macOS, and Linux
+        children forked by a forkserver that another process started): no thread then
         watches it, so a child that forks does so single-threaded. Windows needs the
         thread: stops travel on the pipe and there is no signal-driven I/O.
         """
-        return self.control_pipe and self.stop_by_signal
+        return self.stop_by_signal
 
     # -- in the child -------------------------------------------------------------
 
@@ -161,15 +162,19 @@ class Platform(msgspec.Struct, frozen=True):
         if self.parent_death_signal and sys.platform != "win32":  # the prctl family
             _posix.set_process_name(role)
 
-    def signal_on_control_input(self, control: Any) -> int | None:
-        """Have the kernel signal us when the control pipe reports the parent's death.
-
-        The signal number, or None where a thread must watch the pipe (Windows).
-        """
+    def control_signal(self) -> int | None:
+        """The signal :meth:`signal_on_control_input` asks for, or None where a thread
+        must watch the control pipe (Windows). Install its handler first: Linux's
+        default action for it ends the process."""
         if not self.control_by_signal or sys.platform == "win32":
             return None
-        _posix.signal_on_input(control.fileno())
         return _posix.IO_SIGNAL
+
+    def signal_on_control_input(self, control: Any) -> None:
+        """Have the kernel send :meth:`control_signal` when the control pipe reports the
+        parent's death."""
+        if self.control_by_signal and sys.platform != "win32":
+            _posix.signal_on_input(control.fileno())
 
     def adopt_orphans(self) -> None:
         """Make orphaned descendants of this process come back to it (Linux).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from spawnflow.bootstrap import lifecycle, logs, startmethods
+from spawnflow.bootstrap import forkservers, lifecycle, logs
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.wire import Channel
@@ -24,7 +24,7 @@ def run(channel: Channel, *, xcom_backend=None) -> None:
     settings = settings_module.current()
     log = logs.get_logger("spawnflow.worker")
     try:
-        startmethods.start_forkserver_early(startmethods.for_role(settings, "task")[0])
+        forkservers.start_early(settings, "task")  # unless the executor's is handed down
     except (OSError, UserError) as error:  # the first launch tries again, failing its try
         log.warning("could not start the forkserver before the first task", error=str(error))
     interval = settings.executor.heartbeat_interval
