@@ -24,6 +24,7 @@ whatever they forked into a cold stop of the children it shared them with
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
     from spawnflow.bootstrap.settings import Settings
 
 #: The roles whose processes hold an engine; every other role forks from ``user``.
-DATABASE_ROLES = frozenset({"dag-processor", "scheduler", "triggerer", "executor-worker"})
+DATABASE_ROLES = frozenset(
+    {"dag-processor", "scheduler", "triggerer", "executor-worker", "database-setup"}
+)
 
 #: What each server imports once, for its children to share. Never user code, nothing
 #: that opens a socket or starts a thread at import; SQLAlchemy only in ``database``
@@ -119,17 +122,25 @@ def starts_by_exec(role: str) -> bool:
 
 
 def share(settings: Settings, roles: Iterable[str]) -> None:
-    """Start now the servers that the processes of ``roles`` started under forkserver
-    will need (unless they were handed down), to be handed to the children launched
-    with ``share_forkservers`` (see ``launcher.launch``), so that their whole trees fork
-    from them. Only those children get them: a stop of all of them (``stop_many`` with
-    ``whole_tree``) takes everything the servers forked.
+    """Prepare what the processes of ``roles`` and their trees share.
 
-    Starting returns at once: the server's interpreter boots meanwhile, and the first
-    launch through it waits for it.
+    Under forkserver: start now the servers they need (unless they were handed down),
+    to be handed to the children launched with ``share_forkservers`` (see
+    ``launcher.launch``), so that their whole trees fork from them. Only those children
+    get them: a stop of all of them (``stop_many`` with ``whole_tree``) takes everything
+    the servers forked. Starting returns at once: the server's interpreter boots
+    meanwhile, and the first launch through it waits for it.
+
+    Under fork: import here what their server would have preloaded; the children forked
+    from this process share those pages instead of each loading its own copy.
     """
+    from spawnflow.bootstrap import startmethods
+
     for role in roles:
-        if start_early(settings, role):
+        if startmethods.for_role(settings, role)[0] == "fork":
+            for name in PRELOAD[kind_of(role)]:
+                importlib.import_module(name)
+        elif start_early(settings, role):
             _shared.add(kind_of(role))
 
 

@@ -76,6 +76,7 @@ class ChildSpec(msgspec.Struct, frozen=True):
         settings: the snapshot the child runs with; the parent's installed one if None.
         log_file: JSON-lines file; ``<base_log_folder>/<role>.log`` if None.
         log_to_console: also write the child's log lines to its stderr.
+        console_level: the lowest level of those lines (the log file's if None).
         capture_output: send the child's stdout and stderr (file descriptors 1 and 2,
             so subprocesses' and C code's output too) to pipes the parent reads from
             :attr:`Child.stdout` and :attr:`Child.stderr`.
@@ -100,6 +101,7 @@ class ChildSpec(msgspec.Struct, frozen=True):
     settings: Settings | None = None
     log_file: Path | None = None
     log_to_console: bool = False
+    console_level: str | None = None
     capture_output: bool = False
     warm_stop_group: bool = True
     kill_with_parent: bool = False
@@ -324,6 +326,7 @@ def _child_entry(
             level=snapshot.logging.level,
             log_file=child_spec.log_file,
             console=child_spec.log_to_console,
+            console_level=child_spec.console_level,
             create_folder=False,  # the launcher made it: a fork child pays for every syscall
         )
         stage = "process group"

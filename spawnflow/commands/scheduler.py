@@ -11,7 +11,6 @@ from spawnflow.commands.state import (
     pass_state,
     require_writable_logs,
     take_stop_requests,
-    wait_for_database,
 )  # fmt: skip
 
 
@@ -71,22 +70,27 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     Ctrl-C or SIGTERM stops the whole process tree (warm); a second Ctrl-C stops it
     at once."""
     from spawnflow import xcoms
-    from spawnflow.bootstrap import orm
-    from spawnflow.models import schema
-    from spawnflow.services import standalone
+    from spawnflow.bootstrap import forkservers, lifecycle, startmethods
+    from spawnflow.services import database_setup, standalone
 
     settings = state.settings()
     xcom_backend = xcoms.check(settings)  # a backend that cannot load stops us here
     console_logging(state, "standalone")  # first: waiting out an outage is logged
     require_writable_logs(settings)
     take_stop_requests()  # before the wait for the database: a stop ends it
-    wait_for_database(create=True)
-    orm.require_writable()
-    before, after = schema.migrate()
+    # The servers (forkserver), or the modules (fork), that the whole tree shares.
+    forkservers.share(settings, startmethods.ROLE_COMPONENTS)
+    try:
+        # In a child: no SQLAlchemy in this process. Its warnings (an outage) show here.
+        level = None if state.verbose else "WARNING"
+        database = database_setup.prepare(settings, console_level=level)
+    except database_setup.DatabaseSetupStopped:
+        click.echo("Stopped while waiting for the database.", err=True)
+        raise click.exceptions.Exit(lifecycle.signal_exit_code() or 130) from None
     dags_folder = _dags_folder(settings)
     click.echo(f"spawnflow standalone, start method {settings.core.mp_start_method}")
     click.echo(
-        f"Database: {after.describe()}" + (" (migrated now)" if before != after.current else "")
+        f"Database: {database.description}" + (" (migrated now)" if database.migrated else "")
     )
     click.echo(f"Dags:     {dags_folder}")
     click.echo(f"Logs:     {settings.logging.base_log_folder}")

@@ -12,6 +12,8 @@ from spawnflow.bootstrap.wire import Channel, ErrorResponse, Message, Request, R
 __all__ = [
     "Channel",
     "ComponentStatus",
+    "DatabaseNotReady",
+    "DatabaseReady",
     "ErrorResponse",
     "Message",
     "ProbeReport",
@@ -58,3 +60,20 @@ class ComponentStatus(Message, frozen=True):
     #: Nothing to do and nothing running.
     idle: bool
     text: str
+
+
+class DatabaseReady(Message, frozen=True):
+    """The database of a tree is reachable, writable and migrated (``standalone``)."""
+
+    #: Where it is and at which revision, as ``spawnflow db`` describes it.
+    description: str
+    #: Whether this set-up migrated it.
+    migrated: bool
+
+
+class DatabaseNotReady(Message, frozen=True):
+    """Why the database could not be made ready: one sentence for the user."""
+
+    message: str
+    #: A stop request ended the wait for it (no error of the user's).
+    stopped: bool = False

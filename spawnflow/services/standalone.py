@@ -53,7 +53,7 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
         ended.append(Outcome(f"the {role} {status.describe()}", 1, statuses))
 
     # Every process of the tree forks from the servers made here (under forkserver).
-    forkservers.share(settings, startmethods.ROLE_COMPONENTS)
+    forkservers.share(settings, startmethods.ROLE_COMPONENTS)  # once: the command did it
     children = {}
     for role, target in COMPONENTS.items():
         spec = launcher.ChildSpec(role, target, settings=settings, warm_stop_group=False)

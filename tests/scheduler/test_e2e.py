@@ -338,3 +338,69 @@ def test_ctrl_break_on_a_windows_console_stops_standalone_now(start_method, home
     assert "Traceback" not in err
     assert all_gone(family), [p for p in family if p.is_running()]
     assert not (marks / "held").exists()  # stopped, not finished
+
+
+def test_standalone_itself_loads_no_sqlalchemy_under_spawn_and_forkserver(
+    start_method, home, tmp_path
+):
+    """The database is made ready in a child; standalone only watches its children. Under
+    fork it loads what its forked components then share instead of each loading it."""
+    url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
+    env = environment(home, start_method, url, tmp_path / "no-dags",
+                      SPAWNFLOW__CORE__LOAD_EXAMPLES="false")  # fmt: skip
+    code = (
+        "import sys\nfrom spawnflow.commands import cli\n"
+        "cli.main(['standalone', '--exit-when-idle'], prog_name='spawnflow',"
+        " standalone_mode=False)\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "(migrated now)" in done.stdout
+    modules = set(done.stdout.strip().splitlines()[-1].split())
+    assert "alembic" not in modules
+    assert ("sqlalchemy" in modules) is (start_method == "fork")
+
+
+def test_standalone_gives_up_on_an_unreachable_database_in_one_sentence(start_method, home):
+    url = "postgresql://postgres@127.0.0.1:1/nothing_listens_here"
+    env = environment(home, start_method, url, home / "dags",
+                      SPAWNFLOW__DATABASE__OUTAGE_TOLERANCE="1")  # fmt: skip
+
+    done = spawnflow("standalone", env=env)
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: The database postgresql://postgres@127.0.0.1:1/"), last
+    assert "while connecting at start-up" in last
+
+
+def test_a_ctrl_c_while_standalone_waits_for_the_database_stops_it_and_its_child(
+    start_method, home
+):
+    url = "postgresql://postgres@127.0.0.1:1/nothing_listens_here"
+    env = environment(home, start_method, url, home / "dags",
+                      SPAWNFLOW__DATABASE__OUTAGE_TOLERANCE="600")  # fmt: skip
+    standalone = start("standalone", env=env)
+    family = []
+    try:
+        setup_log = home / "logs" / "database-setup.log"
+        wait_for(lambda: setup_log.exists() and "out of reach" in setup_log.read_text(),
+                 what="the set-up child to wait for the database")  # fmt: skip
+        family = descendants(standalone)
+        press_ctrl_c(standalone)
+        _, err = standalone.communicate(timeout=120)
+    finally:
+        if standalone.poll() is None:
+            for process in [*descendants(standalone), psutil.Process(standalone.pid)]:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+            standalone.communicate()
+    assert standalone.returncode == 130, err
+    assert "Stopped while waiting for the database." in err
+    assert "Traceback" not in err
+    assert all_gone(family), [p for p in family if p.is_running()]
