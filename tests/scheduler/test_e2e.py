@@ -72,6 +72,19 @@ def descendants(process: subprocess.Popen) -> list[psutil.Process]:
     return psutil.Process(process.pid).children(recursive=True)
 
 
+def kill_if_running(command: subprocess.Popen) -> None:
+    """After a test that failed to stop ``command``: kill its whole tree (its children
+    would stop warm, taking the grace period, and hold its output pipes open meanwhile)."""
+    if command.poll() is not None:
+        return
+    for process in [*descendants(command), psutil.Process(command.pid)]:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    command.communicate()
+
+
 def all_gone(processes: list[psutil.Process]) -> bool:
     _, alive = psutil.wait_procs(processes, timeout=30)
     return all(p.status() == psutil.STATUS_ZOMBIE for p in alive if p.is_running())
@@ -111,15 +124,7 @@ def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: st
         wait_for(lambda: (marks / "hold-started").exists(), what="the held task to run")
         yield standalone, descendants(standalone), url, marks
     finally:
-        if standalone.poll() is None:
-            # The whole tree: its children would stop warm, taking the grace period, and
-            # hold its output pipes open meanwhile.
-            for process in [*descendants(standalone), psutil.Process(standalone.pid)]:
-                try:
-                    process.kill()
-                except psutil.Error:
-                    pass
-            standalone.communicate()
+        kill_if_running(standalone)
 
 
 def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_without(
@@ -244,13 +249,7 @@ def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
         press_ctrl_c(scheduler)
         _, err = scheduler.communicate(timeout=120)
     finally:
-        if scheduler.poll() is None:
-            for process in [*descendants(scheduler), psutil.Process(scheduler.pid)]:
-                try:
-                    process.kill()
-                except psutil.Error:
-                    pass
-            scheduler.communicate()
+        kill_if_running(scheduler)
     assert scheduler.returncode == 130, err
     assert "Traceback" not in err
     assert all_gone(family), [p for p in family if p.is_running()]
@@ -393,13 +392,7 @@ def test_a_ctrl_c_while_standalone_waits_for_the_database_stops_it_and_its_child
         press_ctrl_c(standalone)
         _, err = standalone.communicate(timeout=120)
     finally:
-        if standalone.poll() is None:
-            for process in [*descendants(standalone), psutil.Process(standalone.pid)]:
-                try:
-                    process.kill()
-                except psutil.Error:
-                    pass
-            standalone.communicate()
+        kill_if_running(standalone)
     assert standalone.returncode == 130, err
     assert "Stopped while waiting for the database." in err
     assert "Traceback" not in err
