@@ -51,12 +51,7 @@ PRELOAD = {
     "database": (
         "spawnflow.bootstrap.launcher",
         "sqlalchemy.orm",
-        "spawnflow.models.assets",
-        "spawnflow.models.base",
-        "spawnflow.models.dag",
-        "spawnflow.models.job",
-        "spawnflow.models.run",
-        "spawnflow.models.triggers",
+        "spawnflow.models.ready",
         "spawnflow.processors.dag_processor.manager",
         "spawnflow.processors.scheduler.job",
         "spawnflow.processors.triggerer.job",
