@@ -223,7 +223,7 @@ class Child:
         cold = False
         tree = []
         if not self._has_exited():
-            tree = self._platform.snapshot_tree(self._handle)
+            tree = self._tree()
             if grace <= 0:
                 self._platform.kill_tree(tree)
                 return self._reap(cold=True)
@@ -235,10 +235,15 @@ class Child:
                     break
                 exited = self._has_exited(min(remaining, 0.25))
                 if not exited:
-                    tree = _merge(tree, self._platform.snapshot_tree(self._handle))
+                    tree = _merge(tree, self._tree())
             cold = not exited
         self._platform.kill_tree(tree)
         return self._reap(cold=cold)
+
+    def _tree(self) -> list:
+        """The child and its live descendants, with what they launched through servers
+        forked from the forkservers of the tree (no descendants in the OS tree)."""
+        return forkservers.tree(self._platform.snapshot_tree(self._handle))
 
     def request_warm_stop(self) -> None:
         """Ask the child to stop (see :meth:`stop`) without waiting for it."""
@@ -312,7 +317,7 @@ def stop_many(group: list[Child], grace: float | None = None, *, whole_tree: boo
     trees = {}
     for child in group:
         if not child._has_exited():
-            trees[child] = platform.snapshot_tree(child._handle)
+            trees[child] = child._tree()
             if grace > 0:
                 child.request_warm_stop()
     deadline = time.monotonic() + grace
@@ -322,7 +327,7 @@ def stop_many(group: list[Child], grace: float | None = None, *, whole_tree: boo
             if child._has_exited(0.05):
                 waiting.remove(child)
             else:
-                trees[child] = _merge(trees[child], platform.snapshot_tree(child._handle))
+                trees[child] = _merge(trees[child], child._tree())
     leftovers = [process for tree in trees.values() for process in tree]
     if whole_tree:
         leftovers += forkservers.forked(skip=others)

@@ -159,10 +159,7 @@ def launch(spec: ChildSpec, *, method: str | None = None, share_forkservers: boo
     parent_end, child_end = ctx.Pipe(duplex=True)
     control_parent = control_child = None
     platform = platforms.current()
-    # A child forked by a server that another process of the tree started is not ours
-    # in the OS tree: no parent-death signal tells it that we died, its pipe's EOF does.
-    through_adopted = method == "forkserver" and forkservers.adopted(spec.role)
-    if platform.control_pipe or through_adopted:
+    if platform.control_pipe:
         control_child, control_parent = ctx.Pipe(duplex=False)
     readers, writers = ((), ())
     if spec.capture_output:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -78,7 +79,10 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     console_logging(state, "standalone")  # first: waiting out an outage is logged
     require_writable_logs(settings)
     take_stop_requests()  # before the wait for the database: a stop ends it
-    # The servers (forkserver), or the modules (fork), that the whole tree shares.
+    # What the whole tree shares: the modules its forked children would each load
+    # (fork), the servers its processes fork from (forkserver).
+    for name in forkservers.fork_preload(settings, startmethods.ROLE_COMPONENTS):
+        importlib.import_module(name)
     forkservers.share(settings, startmethods.ROLE_COMPONENTS)
     try:
         # In a child: no SQLAlchemy in this process. Its warnings (an outage) show here.

@@ -78,6 +78,8 @@ class LocalExecutor(BaseExecutor):
         self._events: list[WorkerLost | TaskEnded] = []
         #: The XCom backend's routing, checked once at start (see spawnflow.xcoms.check).
         self.xcom_backend: BackendChoice | None = None
+        #: The kinds of forkserver it shares with its workers while it runs.
+        self._shared: set[str] = set()
 
     def start(self) -> None:
         from spawnflow import xcoms
@@ -85,9 +87,9 @@ class LocalExecutor(BaseExecutor):
         # In a helper child: the backend's modules never enter this process or, through
         # a fork, the workers. A backend that cannot load is a UserError here, at start.
         self.xcom_backend = xcoms.check(self.settings)
-        # The workers launch their tasks and XCom helpers through one server of ours,
-        # not one each (unless this process was handed one itself).
-        forkservers.share(self.settings, ("task", "xcom-helper"))
+        # The workers fork their tasks and XCom helpers from one server of ours, not
+        # from one interpreter each (unless this process was handed one itself).
+        self._shared = forkservers.share(self.settings, ("task", "xcom-helper"))
         self._dispatch()
         self.watch.every(self.settings.executor.heartbeat_interval, self._tend_workers)
         self.watch.until(lambda: self.proved)
@@ -200,6 +202,7 @@ class LocalExecutor(BaseExecutor):
         # Every worker: the tasks they launched through our server (if we share one) go
         # with them in a cold stop.
         stop_many(self.workers, grace, whole_tree=True)
+        forkservers.unshare(self._shared)
         self.workers = []
         cut_short = [workload for _, workload in self.busy.values()] + list(self.waiting)
         self.busy = {}

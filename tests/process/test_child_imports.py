@@ -4,15 +4,21 @@ Alembic or click (the CLI's), no SQLAlchemy in the roles that run user code, and
 structlog in the short-lived ones (a file parser, a task, an XCom helper) before they
 log.
 
-Under spawn and forkserver the child's modules are its own (a new interpreter; the
-forkserver's preload). A fork child holds a copy of its parent's modules, so there
-only what the role's import adds is checked.
+Under spawn the child's modules are its own (a new interpreter). A forkserver child
+shares what its server preloaded (every child of the server has it, loaded once), and
+a fork child holds a copy of its parent's modules: there only what the child adds is
+its own. Outside fork no user-code role holds SQLAlchemy, shared or not.
 """
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
+
 import pytest
 
+from spawnflow.bootstrap import forkservers
 from spawnflow.bootstrap.launcher import ChildSpec, launch
 from spawnflow.executors.local import TARGET as WORKER_TARGET
 from spawnflow.processors.dag_processor.parsing import PARSER_TARGET
@@ -52,11 +58,34 @@ def test_a_child_imports_only_what_its_role_needs(role, start_method, make_setti
         assert isinstance(message, Report)
         report = message.values
         assert child.join(timeout=60).exitcode == 0
-    own = set(report["modules"])
+    held = set(report["modules"])
+    own = held
     if start_method == "fork":
-        own -= set(report["before"])
+        own = held - set(report["before"])
+    elif start_method == "forkserver":
+        # What its server preloaded is shared by every child of the server, paid once;
+        # the child has it from its first instruction.
+        shared = preloaded(forkservers.kind_of(role))
+        assert shared <= set(report["before"])
+        own = held - shared
     forbidden = NEVER | (NO_DATABASE if role in USER_CODE_ROLES else set())
     forbidden |= {"structlog"} if role in SHORT_LIVED else set()
     assert top_level(sorted(own)) & forbidden == set()
     if role in USER_CODE_ROLES:
-        assert not any(name.startswith("spawnflow.models") for name in own)
+        # Not even shared from a forkserver's preload (a fork child holds its parent's).
+        kept = own if start_method == "fork" else held
+        assert top_level(sorted(kept)) & NO_DATABASE == set()
+        assert not any(name.startswith("spawnflow.models") for name in kept)
+
+
+@functools.cache
+def preloaded(kind: str) -> frozenset[str]:
+    """The modules a fresh interpreter holds once it imported a server's preload."""
+    code = (
+        "import sys\nfrom spawnflow.bootstrap.forkservers import PRELOAD\n"
+        f"for name in PRELOAD[{kind!r}]: __import__(name)\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)  # fmt: skip
+    return frozenset(done.stdout.split())

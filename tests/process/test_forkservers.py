@@ -1,33 +1,45 @@
 """Forkservers a tree shares: its processes fork from the servers its top process
-started, and still no orphan survives its supervisor (law 7)."""
+started (through servers of their own forked from those), and still no orphan survives
+its supervisor (law 7), whatever state it is in."""
 
 from __future__ import annotations
+
+import socket
 
 import psutil
 import pytest
 
 from spawnflow.bootstrap import forkservers
+from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.child import stop_many
-from spawnflow.bootstrap.launcher import launch
+from spawnflow.bootstrap.launcher import ChildSpec, launch
 from tests.process.test_orphans import kill_if_running
 from tests.process.test_stop import gone, running, supervisor_spec
 
 pytestmark = pytest.mark.process
+#: Linux names each process's own server after its owner; elsewhere there are no names.
+NAMED = platforms.current().parent_death_signal
+#: The kernel ends a child whose parent died (Linux); elsewhere the child's own code does.
+KERNEL_ENDS_ORPHANS = platforms.current().parent_death_signal
 
 
 @pytest.fixture
 def sharing(start_method, make_settings):
     """Settings whose children start under forkserver, with this process's servers shared
-    with the supervisors the test launches; only the forkserver method has servers."""
+    with the supervisors the test launches (no longer once it ends); only the forkserver
+    method has servers."""
     if start_method != "forkserver":
         pytest.skip("only the forkserver start method has servers to share")
+    began: set[str] = set()
 
     def settings(**overrides: str):
         make_settings(**{"core.mp_start_method": "forkserver", **overrides})
-        forkservers.share(settings_module.current(), ["test-supervisor", "test-grandchild"])
+        roles = ["test-supervisor", "test-grandchild"]
+        began.update(forkservers.share(settings_module.current(), roles))
 
-    return settings
+    yield settings
+    forkservers.unshare(began)
 
 
 def launch_supervisor(**kwargs) -> tuple:
@@ -39,21 +51,23 @@ def launch_supervisor(**kwargs) -> tuple:
     return supervisor, report
 
 
-def test_a_grandchild_forks_from_the_server_its_supervisor_was_handed(sharing):
+def test_a_grandchild_forks_from_its_supervisors_server_forked_from_ours(sharing):
     sharing()
     supervisor, report = launch_supervisor(grandchild="wait_quietly")
     try:
-        server = forkservers.server_for("test-grandchild")._forkserver_pid
-        assert psutil.Process(report["grandchild"]).ppid() == server
-        assert not [p for p in psutil.Process(supervisor.pid).children() if p.pid == server]
+        shared = forkservers.server_for("test-grandchild")._forkserver_pid
+        own_server = psutil.Process(report["grandchild"]).parent()
+        assert own_server.ppid() == shared  # forked from ours: no interpreter of its own
+        assert own_server.pid != supervisor.pid
+        if NAMED:
+            assert own_server.name() == f"fs-{supervisor.pid}"
     finally:
         supervisor.stop(grace=30)
     assert gone(report["grandchild"])
 
 
-def test_a_grandchild_not_forked_by_its_supervisor_stops_when_the_supervisor_is_killed(sharing):
-    # No parent-death signal reaches it from the supervisor (its parent is the server):
-    # its control pipe's EOF does, on Linux too.
+def test_a_grandchild_stops_when_its_supervisor_is_killed(sharing):
+    # Its parent is the supervisor's own server, which leaves with the supervisor.
     sharing(**{"core.stop_grace_period": "5"})
     supervisor, report = launch_supervisor(grandchild="wait_quietly")
 
@@ -63,24 +77,37 @@ def test_a_grandchild_not_forked_by_its_supervisor_stops_when_the_supervisor_is_
     assert gone(report["grandchild"], timeout=60)
 
 
-def test_user_code_not_forked_by_its_supervisor_dies_at_once_with_it(sharing):
+@pytest.mark.parametrize("grandchild", ["start_a_sleeper", "hang_in_native_code"])
+def test_user_code_whose_supervisor_is_killed_dies_at_once_even_in_a_native_call(
+    sharing, grandchild
+):
+    """What the kernel does when a parent dies needs no Python code in the child: user
+    code stuck in a C call that holds the GIL ends with its supervisor too."""
+    if grandchild == "hang_in_native_code" and not KERNEL_ENDS_ORPHANS:
+        pytest.skip("only a kernel that ends orphans reaches code that runs no handler")
     sharing(**{"core.stop_grace_period": "60"})  # an orphan stopping warm would linger
-    supervisor, report = launch_supervisor(grandchild="start_a_sleeper", kill_with_parent=True)
-    grandchild, sleeper = report["grandchild"], report["sleeper"]
+    supervisor, report = launch_supervisor(grandchild=grandchild, kill_with_parent=True)
+    pids = [report["grandchild"], *([report["sleeper"]] if "sleeper" in report else [])]
     try:
         psutil.Process(supervisor.pid).kill()
 
         supervisor.join(timeout=60)
-        assert gone(grandchild, timeout=30), "user code outlived its killed parent"
-        assert gone(sleeper, timeout=30), "what user code started outlived its killed parent"
+        assert gone(pids[0], timeout=30), "user code outlived its killed parent"
+        if len(pids) > 1:
+            # What it started is in its process group, which its launcher's parent kills
+            # (the executor does this for a lost worker's task).
+            platforms.current().kill_orphaned_group(pids[0], 0.0)
+            assert gone(pids[1], timeout=30), "what user code started outlived it"
     finally:
-        kill_if_running(grandchild, sleeper)
+        kill_if_running(*pids)
 
 
 @pytest.mark.parametrize("whole_tree", [True, False], ids=["whole-tree", "the-child-alone"])
-def test_a_cold_stop_of_the_whole_tree_takes_what_the_shared_servers_forked(sharing, whole_tree):
-    """A grandchild that nothing but a kill ends, forked by our server for a supervisor:
-    a walk of the supervisor's tree cannot find it, a stop of the whole tree kills it."""
+def test_a_cold_stop_takes_what_a_child_launched_through_its_own_server(sharing, whole_tree):
+    """A grandchild that nothing but a kill ends, forked for a supervisor by the
+    supervisor's server: no descendant of the supervisor, yet in its tree's cold stop."""
+    if not whole_tree and not NAMED:
+        pytest.skip("without process names only a stop of the whole tree finds it")
     sharing()
     supervisor, report = launch_supervisor(grandchild="outlive_its_supervisor")
     grandchild = report["grandchild"]
@@ -88,9 +115,24 @@ def test_a_cold_stop_of_the_whole_tree_takes_what_the_shared_servers_forked(shar
         stop_many([supervisor], grace=0, whole_tree=whole_tree)
 
         assert not running(supervisor.pid)
-        if whole_tree:
-            assert gone(grandchild, timeout=30)
-        else:
-            assert running(grandchild)
+        assert gone(grandchild, timeout=30)
     finally:
         kill_if_running(grandchild)
+
+
+def test_a_shared_server_outlives_a_client_that_goes_away_in_the_middle_of_a_request(
+    sharing,
+):
+    """A launcher killed while it talks to the server must not take the server (and with
+    it every process it forked) down."""
+    sharing()
+    server = forkservers.server_for("test-grandchild")
+    pid = server._forkserver_pid
+    with socket.socket(socket.AF_UNIX) as client:
+        client.connect(server._forkserver_address)  # then gone, having sent nothing
+    spec = ChildSpec("test-grandchild", "tests.fixtures.targets:wait_quietly")
+    with launch(spec, method="forkserver") as child:
+        child.wait_ready(timeout=120)
+        assert psutil.Process(child.pid).ppid() == pid
+    assert server._forkserver_pid == pid
+    assert running(pid)

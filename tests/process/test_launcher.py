@@ -285,12 +285,11 @@ def test_a_script_that_ends_with_a_child_running_stops_it_and_exits(start_method
 def test_only_windows_children_run_a_thread_to_watch_their_control_pipe(
     start_method, make_settings
 ):
-    # POSIX children with a control pipe (macOS; on Linux those forked by a forkserver
-    # another process started) learn of their parent's death from a signal (O_ASYNC on
-    # the pipe): a thread there would make every fork in the child a multi-threaded fork.
+    # macOS children learn of their parent's death from a signal (O_ASYNC on the control
+    # pipe): a thread there would make every fork in the child a multi-threaded fork.
     make_settings()
     platform = platforms.current()
-    assert platform.control_by_signal is (platform.name != "windows")
+    assert platform.control_by_signal is (platform.name == "darwin")
     with launch(ChildSpec("test-child", f"{TARGETS}:report_threads"), method=start_method) as child:
         child.wait_ready()
         threads = child.channel.recv(timeout=60).values["threads"]

@@ -131,39 +131,73 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
     start_method, home, tmp_path
 ):
     """Under forkserver the whole tree forks from two servers standalone started: one
-    for the processes that hold an engine, one for those that run user code; no other
-    process starts a server of its own."""
+    for the processes that hold an engine, one for those that run user code. A process
+    that launches children does so through a server of its own forked from one of the
+    two (named after it), never through an interpreter of its own."""
     if start_method != "forkserver":
         pytest.skip("only the forkserver start method has servers")
+    if not platforms.current().parent_death_signal:
+        pytest.skip("only Linux names each launcher's own server after it")
     with standalone_holding_a_task(home, start_method, tmp_path, grace="3") as held:
         standalone, _, _, marks = held
         # The triggerer starts its runner as it boots: under load, after the task began.
         wait_for(lambda: "trigger-runner" in map(role_of, descendants(standalone)),
                  what="the trigger runner")  # fmt: skip
         # Its own children: the servers (and multiprocessing's resource tracker).
-        servers = [
-            p for p in psutil.Process(standalone.pid).children()
-            if "multiprocessing.forkserver" in " ".join(p.cmdline())
-        ]  # fmt: skip
+        servers = [p for p in psutil.Process(standalone.pid).children() if runs_a_server(p)]
         parents = [server.ppid() for server in servers]
-        # By role; a child forked this instant is named after its role a moment later.
-        forked = [
-            sorted(role for role in map(role_of, server.children())
-                   if role != "gone" and not role.startswith("python"))
-            for server in servers
+        by_server = {server.pid: forked_roles(server) for server in servers}
+        # Any other process of the tree that runs a server is one of a launcher's own.
+        stray = [
+            p for p in descendants(standalone)
+            if p not in servers and runs_a_server(p) and not role_of(p).startswith("fs-")
         ]  # fmt: skip
         (marks / "open").touch()
     assert parents == [standalone.pid] * 2
-    database, user = sorted(forked, key=lambda roles: "task" in roles)
-    assert database == ["dag-processor", "executor-worker", "scheduler", "triggerer"]
-    assert set(user) <= {"file-parser", "task", "trigger-runner", "xcom-helper"}
-    assert {"task", "trigger-runner"} <= set(user)
+    database, user = sorted(by_server.values(), key=lambda roles: "task" in str(roles))
+    assert {role for role in database if not role.startswith("fs-")} == {
+        "dag-processor", "scheduler", "triggerer"
+    }  # fmt: skip
+    # Each launcher's own server, and what it forked.
+    assert database["fs-scheduler"] == ["executor-worker"]
+    assert user["fs-executor-worker"] == ["task"]
+    assert user["fs-triggerer"] == ["trigger-runner"]
+    assert stray == []
 
 
-def role_of(process: psutil.Process) -> str:
-    """A spawnflow child's role: its process name on Linux ("gone" once it left)."""
+def runs_a_server(process: psutil.Process) -> bool:
+    """Whether ``process`` runs a forkserver's loop (its children inherit its command
+    line, not its name)."""
     try:
-        return Path(f"/proc/{process.pid}/comm").read_text().strip()
+        return role_of(process).startswith(("python", "fs-")) and (
+            "multiprocessing.forkserver" in " ".join(process.cmdline())
+        )
+    except psutil.Error:
+        return False
+
+
+def forked_roles(server: psutil.Process) -> dict[str, object]:
+    """What a shared server forked by role; each server of a launcher (``fs-<pid>``)
+    under ``fs-<the launcher's role>``, with the sorted roles of what it forked."""
+    found: dict[str, object] = {}
+    for process in server.children():
+        role = role_of(process)
+        if role.startswith("fs-") and role[3:].isdigit():
+            owner = role_of(int(role[3:]))
+            found[f"fs-{owner}"] = sorted(
+                r for r in map(role_of, process.children()) if r != "gone"
+            )
+        elif role != "gone" and not role.startswith("python"):
+            # (A child forked this instant is named after its role a moment later.)
+            found[role] = True
+    return found
+
+
+def role_of(process: psutil.Process | int) -> str:
+    """A spawnflow child's role: its process name on Linux ("gone" once it left)."""
+    pid = process if isinstance(process, int) else process.pid
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
     except OSError:
         return "gone"
 

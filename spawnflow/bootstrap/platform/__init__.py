@@ -72,12 +72,11 @@ class Platform(msgspec.Struct, frozen=True):
     def control_by_signal(self) -> bool:
         """Whether the kernel signals a child when its control pipe has something to say.
 
-        True where the pipe only ever reports the parent's death (POSIX: macOS, and Linux
-        children forked by a forkserver that another process started): no thread then
+        True where the pipe only ever reports the parent's death (macOS): no thread then
         watches it, so a child that forks does so single-threaded. Windows needs the
         thread: stops travel on the pipe and there is no signal-driven I/O.
         """
-        return self.stop_by_signal
+        return self.control_pipe and self.stop_by_signal
 
     # -- in the child -------------------------------------------------------------
 
@@ -164,8 +163,8 @@ class Platform(msgspec.Struct, frozen=True):
 
     def control_signal(self) -> int | None:
         """The signal :meth:`signal_on_control_input` asks for, or None where a thread
-        must watch the control pipe (Windows). Install its handler first: Linux's
-        default action for it ends the process."""
+        must watch the control pipe (Windows). Install its handler first: where its
+        default action is to end the process (Linux), it would otherwise do so."""
         if not self.control_by_signal or sys.platform == "win32":
             return None
         return _posix.IO_SIGNAL

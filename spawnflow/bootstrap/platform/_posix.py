@@ -137,7 +137,7 @@ if sys.platform != "win32":
     def signal_on_input(fd: int) -> None:
         """Have the kernel send :data:`IO_SIGNAL` to this process when ``fd`` (a pipe's read
         end) becomes readable or its last writer closes it (``O_ASYNC``)."""
-        import fcntl  # here, not at import: only a POSIX child with a control pipe needs it
+        import fcntl  # here, not at import: only macOS watches its control pipe this way
 
         fcntl.fcntl(fd, fcntl.F_SETOWN, os.getpid())
         fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)

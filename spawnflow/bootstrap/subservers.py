@@ -1,0 +1,213 @@
+"""A process's own forkserver, forked from a server its tree shares (Linux and macOS).
+
+A process that was handed a shared server (:mod:`spawnflow.bootstrap.forkservers`) does
+not launch its children through that server itself: they would be the shared server's
+children, and the kernel's parent-death signal, which ends a child in any state (a
+native call that holds the GIL included), would wait for the end of the whole tree. It
+launches them through a server of its own, which the shared server forks: it starts at
+once, shares the shared server's preloaded pages, and lives as long as its owner holds
+its "alive" pipe. When the owner dies, its server leaves and the kernel signals every
+child the server forked, as it did with multiprocessing's own server per process.
+
+On Linux the server is named ``fs-<owner's pid>``, so that a walk of a process's tree
+can find what the process launched (see :func:`launched_by`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
+
+from spawnflow.bootstrap import platform as platforms
+
+if TYPE_CHECKING:
+    import psutil
+
+#: What a server's process name starts with, before its owner's pid.
+NAME_PREFIX = "fs-"
+
+
+class ServerRef(msgspec.Struct, frozen=True):
+    """Where a running forkserver listens, for a child to launch through it."""
+
+    kind: str
+    address: str
+    pid: int
+    #: The key that the server asks a client to prove (Python 3.14+); None before.
+    authkey: bytes | None = None
+
+
+class Upstream:
+    """A server that another process of the tree started: fork from it, never start it.
+
+    It has the attributes and the ``connect_to_new_process`` of multiprocessing's own
+    ForkServer, whose code does the talking.
+    """
+
+    def __init__(self, ref: ServerRef):
+        from multiprocessing.forkserver import ForkServer
+
+        self.ref = ref
+        # Its private attributes are set here; typeshed does not know them.
+        self._server = cast(Any, ForkServer())
+        self._server._forkserver_address = ref.address
+        if ref.authkey is not None:
+            self._server._forkserver_authkey = ref.authkey
+        # The server passes this descriptor to each child it forks, as the pipe whose
+        # write ends keep it alive; ours must not keep it alive, so any will do.
+        self._server._forkserver_alive_fd = _placeholder_fd()
+        self._server.ensure_running = _resource_tracker_running
+
+    def connect_to_new_process(self, fds: Sequence[int]) -> tuple[int, int]:
+        return self._server.connect_to_new_process(fds)
+
+
+class SubServer:
+    """This process's own server, forked from ``upstream`` when it is first needed."""
+
+    def __init__(self, upstream: Upstream):
+        from multiprocessing.forkserver import ForkServer
+
+        self.upstream = upstream
+        self._server = cast(Any, ForkServer())
+        self._server.ensure_running = self.ensure_running
+        self._process: Any = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def ensure_running(self) -> None:
+        """Fork the server from ``upstream`` unless it runs (again, if it died)."""
+        _resource_tracker_running()
+        if self._process is not None and self._process.is_alive():
+            return
+        if self._process is not None:
+            os.close(self._server._forkserver_alive_fd)
+        self._start()
+
+    def connect_to_new_process(self, fds: Sequence[int]) -> tuple[int, int]:
+        return self._server.connect_to_new_process(fds)
+
+    def _start(self) -> None:
+        import multiprocessing.connection as connections
+        import socket
+        from multiprocessing.connection import Connection
+
+        from spawnflow.bootstrap import forkservers, startmethods
+
+        if sys.platform == "win32":
+            raise RuntimeError("Windows has no forkserver")
+        # A fresh path in this process's temporary folder (a private helper, typeshed has none).
+        address = cast(Any, connections).arbitrary_address("AF_UNIX")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(address)
+        os.chmod(address, 0o600)
+        listener.listen()
+        alive_r, alive_w = os.pipe()
+        authkey = os.urandom(32) if sys.version_info >= (3, 14) else None
+        passed = [Connection(listener.detach()), Connection(alive_r)]
+        if authkey is not None:
+            key_r, key_w = os.pipe()
+            os.write(key_w, authkey)  # 32 bytes: fits the pipe at once
+            os.close(key_w)
+            passed.append(Connection(key_r))
+        process = startmethods.context("forkserver").Process(
+            target=serve, args=(os.getpid(), *passed), name="spawnflow-forkserver", daemon=True
+        )
+        try:
+            with forkservers.routed(self.upstream):
+                process.start()
+        except BaseException:
+            os.close(alive_w)
+            raise
+        finally:
+            for end in passed:  # the server holds its own copies now
+                end.close()
+        self._server._forkserver_address = address
+        self._server._forkserver_alive_fd = alive_w
+        self._server._forkserver_pid = process.pid
+        self._server._forkserver_authkey = authkey
+        self._process = process
+
+    def close_inherited(self) -> None:
+        """In a fork child of the owner: let go of the owner's alive pipe, or the server
+        would outlive its owner."""
+        fd = self._server._forkserver_alive_fd
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def serve(owner: int, listener: Any, alive: Any, key: Any = None) -> None:
+    """Target of a server process: multiprocessing's forkserver loop on the descriptors
+    its owner passed, without a preload (it was forked from one that has it)."""
+    from multiprocessing import forkserver
+
+    from spawnflow.bootstrap import forkserver_guard
+
+    forkserver_guard.install()  # the upstream server's guard was taken back at the fork
+    platforms.current().name_process(f"{NAME_PREFIX}{owner}")
+    extra = {} if key is None else {"authkey_r": key.fileno()}
+    loop: Any = forkserver.main  # its keywords differ between Python versions
+    loop(listener.fileno(), alive.fileno(), [], **extra)
+
+
+def launched_by(tree: list[psutil.Process], servers: Sequence[int]) -> list[psutil.Process]:
+    """``tree`` with what its processes launched through servers of their own forked
+    from ``servers`` (the pids of the shared servers), and what those launched, and so
+    on: processes that are no descendants of their launchers in the OS tree. Found by
+    the servers' names, where the OS has them (Linux)."""
+    import psutil
+
+    owned: dict[int, list[psutil.Process]] = {}
+    for pid in servers:
+        try:
+            forked = psutil.Process(pid).children()
+        except psutil.Error:
+            continue
+        for process in forked:
+            try:
+                name = process.name()
+            except psutil.Error:
+                continue
+            if name.startswith(NAME_PREFIX) and name[len(NAME_PREFIX) :].isdigit():
+                owned.setdefault(int(name[len(NAME_PREFIX) :]), []).append(process)
+    found = list(tree)
+    seen = {process.pid for process in found}
+    index = 0
+    while index < len(found):
+        owner = found[index]
+        index += 1
+        for server in owned.pop(owner.pid, []):
+            try:
+                if server.create_time() < owner.create_time():
+                    continue  # the owner's pid, reused: not its server
+                more = [server, *server.children(recursive=True)]
+            except psutil.Error:
+                continue
+            found += [p for p in more if p.pid not in seen]
+            seen.update(p.pid for p in more)
+    return found
+
+
+def _resource_tracker_running() -> None:
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # shared: the launcher hands its descriptor down
+
+
+_placeholder: int | None = None
+
+
+def _placeholder_fd() -> int:
+    global _placeholder
+    if _placeholder is None:
+        _placeholder = os.open(os.devnull, os.O_RDONLY)
+    return _placeholder
