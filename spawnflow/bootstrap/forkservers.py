@@ -25,13 +25,12 @@ nothing behind.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from spawnflow.bootstrap import platform as platforms
-from spawnflow.bootstrap.subservers import ServerRef, SubServer, Upstream, launched_by
+from spawnflow.bootstrap.subservers import ServerRef, SubServer, Upstream, launched_by, routed
 
 if TYPE_CHECKING:
     import psutil
@@ -82,8 +81,6 @@ def kind_of(role: str) -> str:
 _servers: dict[str, Any] = {}
 #: Kinds whose servers this process started and hands to the children it names.
 _shared: set[str] = set()
-#: The server the launch in progress goes through (see :func:`routed`).
-_launch = threading.local()
 
 
 def server_for(role: str) -> Any:
@@ -194,18 +191,6 @@ def launching_through(role: str) -> Iterator[None]:
         yield
 
 
-@contextmanager
-def routed(server: Any) -> Iterator[None]:
-    """Launches under forkserver in this thread go through ``server`` meanwhile."""
-    _route_launches()
-    before = getattr(_launch, "server", None)
-    _launch.server = server
-    try:
-        yield
-    finally:
-        _launch.server = before
-
-
 def tree(processes: list[psutil.Process]) -> list[psutil.Process]:
     """``processes`` (a tree walk) with what they launched through servers of their own
     forked from the shared ones, which the walk does not see (Linux: see
@@ -248,27 +233,6 @@ def _shared_pids() -> list[int]:
     return pids
 
 
-def _route_launches() -> None:
-    """Make multiprocessing's forkserver launches go through the chosen server.
-
-    Its Popen asks the module-level ``connect_to_new_process``, bound to the one server
-    a process has by default; this puts a function there that asks the server chosen by
-    :func:`routed` instead (the default one outside it).
-    """
-    from multiprocessing import forkserver
-
-    if getattr(forkserver.connect_to_new_process, "routes_launches", False):
-        return
-    default = forkserver.connect_to_new_process
-
-    def connect_to_new_process(fds: Any) -> tuple[int, int]:
-        server = getattr(_launch, "server", None)
-        return default(fds) if server is None else server.connect_to_new_process(fds)
-
-    connect_to_new_process.routes_launches = True  # type: ignore[attr-defined]
-    forkserver.connect_to_new_process = connect_to_new_process
-
-
 def _after_fork_in_child() -> None:
     # The parent's servers are not ours to use, stop or hand down: what a fork child
     # may use is what its launcher hands it, as under the other methods. Their alive
@@ -285,7 +249,6 @@ def _after_fork_in_child() -> None:
                 pass
     _servers.clear()
     _shared.clear()
-    _launch.__dict__.clear()
 
 
 platforms.at_fork_in_child(_after_fork_in_child)

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
 #: What a server's process name starts with, before its owner's pid.
 NAME_PREFIX = "fs-"
+#: The server the launch in progress goes through (see :func:`routed`).
+_launch = threading.local()
 
 
 class ServerRef(msgspec.Struct, frozen=True):
@@ -98,7 +102,7 @@ class SubServer:
         import socket
         from multiprocessing.connection import Connection
 
-        from spawnflow.bootstrap import forkservers, startmethods
+        from spawnflow.bootstrap import startmethods
 
         if sys.platform == "win32":
             raise RuntimeError("Windows has no forkserver")
@@ -120,7 +124,7 @@ class SubServer:
             target=serve, args=(os.getpid(), *passed), name="spawnflow-forkserver", daemon=True
         )
         try:
-            with forkservers.routed(self.upstream):
+            with routed(self.upstream):
                 process.start()
         except BaseException:
             os.close(alive_w)
@@ -197,6 +201,39 @@ def launched_by(tree: list[psutil.Process], servers: Sequence[int]) -> list[psut
     return found
 
 
+@contextmanager
+def routed(server: Any) -> Iterator[None]:
+    """Launches under forkserver in this thread go through ``server`` meanwhile."""
+    _route_launches()
+    before = getattr(_launch, "server", None)
+    _launch.server = server
+    try:
+        yield
+    finally:
+        _launch.server = before
+
+
+def _route_launches() -> None:
+    """Make multiprocessing's forkserver launches go through the chosen server.
+
+    Its Popen asks the module-level ``connect_to_new_process``, bound to the one server
+    a process has by default; this puts a function there that asks the server chosen by
+    :func:`routed` instead (the default one outside it).
+    """
+    from multiprocessing import forkserver
+
+    if getattr(forkserver.connect_to_new_process, "routes_launches", False):
+        return
+    default = forkserver.connect_to_new_process
+
+    def connect_to_new_process(fds: Any) -> tuple[int, int]:
+        server = getattr(_launch, "server", None)
+        return default(fds) if server is None else server.connect_to_new_process(fds)
+
+    connect_to_new_process.routes_launches = True  # type: ignore[attr-defined]
+    forkserver.connect_to_new_process = connect_to_new_process
+
+
 def _resource_tracker_running() -> None:
     from multiprocessing import resource_tracker
 
@@ -211,3 +248,10 @@ def _placeholder_fd() -> int:
     if _placeholder is None:
         _placeholder = os.open(os.devnull, os.O_RDONLY)
     return _placeholder
+
+
+def _forget_route() -> None:
+    _launch.__dict__.clear()
+
+
+platforms.at_fork_in_child(_forget_route)
