@@ -68,10 +68,12 @@ def role_of(process: psutil.Process, top: psutil.Process) -> str:
         cmdline = " ".join(process.cmdline())
     except (OSError, psutil.Error):
         return "gone"
+    if name.startswith("fs-"):
+        return "forkserver, own"  # a launcher's own server, forked from a shared one
     if not name.startswith("python"):
         return name  # a role (a forkserver's children inherit its command line too)
     if "multiprocessing.forkserver" in cmdline:
-        return "forkserver"
+        return "forkserver, shared"
     if "resource_tracker" in cmdline:
         return "resource tracker"
     return f"other ({name})"
