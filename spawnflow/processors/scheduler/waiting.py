@@ -231,6 +231,8 @@ class _RunTasks:
             if state != TaskState.NONE:
                 continue  # retired above
             if len(task.upstream) > _COUNT_ABOVE:
+                if self._surely_waits(task):
+                    continue
                 key = frozenset(task.upstream)
                 if key not in large:
                     large[key] = self._count_upstream(key)
@@ -249,6 +251,25 @@ class _RunTasks:
                 self._move(task.task_id, state=decision, start_date=now, end_date=now,
                            reason=_REASONS[decision])  # fmt: skip
         return retry_due
+
+    def _surely_waits(self, task: serialize.SerializedTask) -> bool:
+        """Whether ``task``, with a large upstream set, must wait, seen from the run's
+        counts alone: more of the run's task instances are unfinished than the tasks
+        outside that set could account for, and none failed or was skipped, so no rule
+        decides before all are done. The join of a wide fan-out then costs no count in
+        SQL on each of the passes while its upstream tasks run; only the last ones count."""
+        rule = task.trigger_rule
+        if rule not in ("all_success", "all_done", "none_failed"):
+            return False  # rules that can decide before every upstream task is done
+        counts = self.counts
+        unfinished = sum(n for state, n in counts.items() if state not in TaskState.FINISHED)
+        # Rows of tasks no longer in the Dag are finished (retired) once they stop running.
+        outside = len(self.doc.tasks) - len(task.upstream)  # this task among them
+        if unfinished <= outside:
+            return False
+        failed = sum(counts[state] for state in decisions.FAILED_STATES)
+        skipped = counts[TaskState.SKIPPED]
+        return rule == "all_done" or (not failed and (rule == "none_failed" or not skipped))
 
     def _read_upstream_rows(self, tasks: list[serialize.SerializedTask]) -> None:
         """Read the states of the small upstream sets' tasks that were not read yet."""
