@@ -71,6 +71,10 @@ PRELOAD = {
 }
 
 
+#: What only a server imports (it changes how its loop takes errors).
+_GUARD = "spawnflow.bootstrap.forkserver_guard"
+
+
 def kind_of(role: str) -> str:
     """Which server forks a process of ``role``."""
     return "database" if role in DATABASE_ROLES else "user"
@@ -112,7 +116,7 @@ def fork_preload(settings: Settings, roles: Iterable[str]) -> list[str]:
     names: list[str] = []
     for role in roles:
         if startmethods.for_role(settings, role)[0] == "fork":
-            names += [n for n in PRELOAD[kind_of(role)] if n not in names]
+            names += [n for n in PRELOAD[kind_of(role)] if n not in names and n != _GUARD]
     return names
 
 

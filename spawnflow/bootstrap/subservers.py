@@ -79,20 +79,34 @@ class SubServer:
         self.upstream = upstream
         self._server = cast(Any, ForkServer())
         self._server.ensure_running = self.ensure_running
-        self._process: Any = None
+        #: The running server (a psutil handle: it tells our server from a process that
+        #: took its pid later).
+        self._handle: psutil.Process | None = None
+        self._lock = threading.Lock()
 
     @property
     def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
+        return None if self._handle is None else self._handle.pid
 
     def ensure_running(self) -> None:
-        """Fork the server from ``upstream`` unless it runs (again, if it died)."""
+        """Fork the server from ``upstream`` unless it runs (again, if it died).
+
+        Whether it runs is asked of the OS, not of the status pipe multiprocessing
+        keeps for it: that pipe is the upstream server's, and reads as the server's
+        end when the upstream server dies, though ours runs on.
+        """
+        import psutil
+
         _resource_tracker_running()
-        if self._process is not None and self._process.is_alive():
-            return
-        if self._process is not None:
-            os.close(self._server._forkserver_alive_fd)
-        self._start()
+        with self._lock:
+            if self._handle is not None:
+                try:
+                    if self._handle.is_running() and self._handle.status() != "zombie":
+                        return
+                except psutil.Error:
+                    pass
+                self._let_go()
+            self._start()
 
     def connect_to_new_process(self, fds: Sequence[int]) -> tuple[int, int]:
         return self._server.connect_to_new_process(fds)
@@ -100,12 +114,14 @@ class SubServer:
     def _start(self) -> None:
         import multiprocessing.connection as connections
         import socket
-        from multiprocessing.connection import Connection
+
+        import psutil
 
         from spawnflow.bootstrap import startmethods
 
         if sys.platform == "win32":
             raise RuntimeError("Windows has no forkserver")
+        ctx = startmethods.context("forkserver")  # first: it fits the socket's folder
         # A fresh path in this process's temporary folder (a private helper, typeshed has none).
         address = cast(Any, connections).arbitrary_address("AF_UNIX")
         listener = socket.socket(socket.AF_UNIX)
@@ -114,34 +130,45 @@ class SubServer:
         listener.listen()
         alive_r, alive_w = os.pipe()
         authkey = os.urandom(32) if sys.version_info >= (3, 14) else None
-        passed = [Connection(listener.detach()), Connection(alive_r)]
+        passed = [listener.detach(), alive_r]
         if authkey is not None:
             key_r, key_w = os.pipe()
             os.write(key_w, authkey)  # 32 bytes: fits the pipe at once
             os.close(key_w)
-            passed.append(Connection(key_r))
-        process = startmethods.context("forkserver").Process(
-            target=serve, args=(os.getpid(), *passed), name="spawnflow-forkserver", daemon=True
-        )
+            passed.append(key_r)
+        process = ctx.Process(
+            target=serve, args=(os.getpid(), *map(_Passed, passed)),
+            name="spawnflow-forkserver", daemon=True,
+        )  # fmt: skip
         try:
             with routed(self.upstream):
                 process.start()
         except BaseException:
             os.close(alive_w)
+            _unlink(address)
             raise
         finally:
-            for end in passed:  # the server holds its own copies now
-                end.close()
+            for fd in passed:  # the server holds its own copies now
+                os.close(fd)
         self._server._forkserver_address = address
         self._server._forkserver_alive_fd = alive_w
         self._server._forkserver_pid = process.pid
         self._server._forkserver_authkey = authkey
-        self._process = process
+        self._handle = psutil.Process(process.pid)
+
+    def _let_go(self) -> None:
+        """Close our end of the alive pipe (the server leaves when it sees EOF) and
+        forget the server."""
+        self.close_inherited()
+        if self._server._forkserver_address is not None:
+            _unlink(self._server._forkserver_address)
+        self._server._forkserver_address = self._server._forkserver_pid = None
+        self._handle = None
 
     def close_inherited(self) -> None:
-        """In a fork child of the owner: let go of the owner's alive pipe, or the server
-        would outlive its owner."""
-        fd = self._server._forkserver_alive_fd
+        """Close this process's end of the alive pipe. In a fork child of the owner: its
+        copy, or the server would outlive its owner (the socket's path is the owner's)."""
+        fd, self._server._forkserver_alive_fd = self._server._forkserver_alive_fd, None
         if fd is not None:
             try:
                 os.close(fd)
@@ -149,7 +176,31 @@ class SubServer:
                 pass
 
 
-def serve(owner: int, listener: Any, alive: Any, key: Any = None) -> None:
+class _Passed:
+    """A descriptor passed to a process the forkserver starts: its copy arrives with the
+    request, and the target receives the descriptor's number in its process."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        from multiprocessing import reduction
+
+        return _received, (cast(Any, reduction).DupFd(self.fd),)  # POSIX only
+
+
+def _received(duplicate: Any) -> int:
+    return duplicate.detach()
+
+
+def _unlink(address: str) -> None:
+    try:
+        os.unlink(address)
+    except OSError:
+        pass
+
+
+def serve(owner: int, listener: int, alive: int, key: int | None = None) -> None:
     """Target of a server process: multiprocessing's forkserver loop on the descriptors
     its owner passed, without a preload (it was forked from one that has it)."""
     from multiprocessing import forkserver
@@ -158,9 +209,9 @@ def serve(owner: int, listener: Any, alive: Any, key: Any = None) -> None:
 
     forkserver_guard.install()  # the upstream server's guard was taken back at the fork
     platforms.current().name_process(f"{NAME_PREFIX}{owner}")
-    extra = {} if key is None else {"authkey_r": key.fileno()}
+    extra = {} if key is None else {"authkey_r": key}
     loop: Any = forkserver.main  # its keywords differ between Python versions
-    loop(listener.fileno(), alive.fileno(), [], **extra)
+    loop(listener, alive, [], **extra)
 
 
 def launched_by(tree: list[psutil.Process], servers: Sequence[int]) -> list[psutil.Process]:

@@ -4,6 +4,7 @@ its supervisor (law 7), whatever state it is in."""
 
 from __future__ import annotations
 
+import select
 import socket
 
 import psutil
@@ -14,6 +15,7 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.child import stop_many
 from spawnflow.bootstrap.launcher import ChildSpec, launch
+from tests.fixtures.messages import Go
 from tests.process.test_orphans import kill_if_running
 from tests.process.test_stop import gone, running, supervisor_spec
 
@@ -77,13 +79,14 @@ def test_a_grandchild_stops_when_its_supervisor_is_killed(sharing):
     assert gone(report["grandchild"], timeout=60)
 
 
-@pytest.mark.parametrize("grandchild", ["start_a_sleeper", "hang_in_native_code"])
-def test_user_code_whose_supervisor_is_killed_dies_at_once_even_in_a_native_call(
+@pytest.mark.parametrize("grandchild", ["start_a_sleeper", "deaf_to_signals"])
+def test_user_code_whose_supervisor_is_killed_dies_at_once_even_if_no_handler_runs(
     sharing, grandchild
 ):
     """What the kernel does when a parent dies needs no Python code in the child: user
-    code stuck in a C call that holds the GIL ends with its supervisor too."""
-    if grandchild == "hang_in_native_code" and not KERNEL_ENDS_ORPHANS:
+    code that runs no signal handler (a native call that never returns) ends with its
+    supervisor too."""
+    if grandchild == "deaf_to_signals" and not KERNEL_ENDS_ORPHANS:
         pytest.skip("only a kernel that ends orphans reaches code that runs no handler")
     sharing(**{"core.stop_grace_period": "60"})  # an orphan stopping warm would linger
     supervisor, report = launch_supervisor(grandchild=grandchild, kill_with_parent=True)
@@ -129,10 +132,38 @@ def test_a_shared_server_outlives_a_client_that_goes_away_in_the_middle_of_a_req
     server = forkservers.server_for("test-grandchild")
     pid = server._forkserver_pid
     with socket.socket(socket.AF_UNIX) as client:
-        client.connect(server._forkserver_address)  # then gone, having sent nothing
+        client.connect(server._forkserver_address)
+        # Python 3.14's server speaks first (a key exchange): go once it has, unanswered.
+        select.select([client], [], [], 1.0)
+    # Gone, having sent nothing.
     spec = ChildSpec("test-grandchild", "tests.fixtures.targets:wait_quietly")
     with launch(spec, method="forkserver") as child:
         child.wait_ready(timeout=120)
         assert psutil.Process(child.pid).ppid() == pid
     assert server._forkserver_pid == pid
     assert running(pid)
+
+
+def test_a_launchers_server_that_outlives_the_shared_one_is_kept(sharing):
+    """The shared server dies (killed); the supervisor's own server, forked from it,
+    runs on: the supervisor's next launch goes through it, and the grandchild it forked
+    before is not ended by a server thought dead and replaced."""
+    sharing()
+    spec = ChildSpec("test-supervisor", "tests.fixtures.targets:supervise_twice",
+                     {"method": "forkserver"}, warm_stop_group=False)  # fmt: skip
+    # Spawned, so that it is no child of the server that dies (a server's own children
+    # get the parent-death signal); it forks its grandchildren from that server.
+    supervisor = launch(spec, method="spawn", share_forkservers=True)
+    pids: list[int] = []
+    try:
+        supervisor.wait_ready()
+        pids.append(supervisor.channel.recv(timeout=120).values["first"])
+        psutil.Process(forkservers.server_for("test-grandchild")._forkserver_pid).kill()
+        supervisor.channel.send(Go(id=1))
+        pids.append(supervisor.channel.recv(timeout=120).values["second"])
+
+        assert running(pids[0])
+        assert psutil.Process(pids[1]).ppid() == psutil.Process(pids[0]).ppid()
+    finally:
+        supervisor.stop(grace=30)
+        kill_if_running(*pids)

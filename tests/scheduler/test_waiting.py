@@ -188,3 +188,29 @@ def test_a_root_failure_reaches_the_join_through_counted_leaves_in_one_pass(
     tis = harness.task_instances(run_id)
     assert {ti.state for task_id, ti in tis.items() if task_id != "root"} == {"upstream_failed"}
     assert harness.run_state(run_id) == "failed"
+
+
+def test_a_join_is_not_held_back_by_rows_of_tasks_removed_from_its_dag(
+    database_url, make_settings, tmp_path
+):
+    """Two tasks removed from the Dag while they ran keep rows that are unfinished: the
+    run's counts then cannot tell that the join's leaves are all done, so they are
+    counted, and the join runs."""
+    from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
+    from spawnflow.processors.scheduler import waiting
+
+    with_extra = FANOUT.format(leaves=100) + (
+        '    CommandTask("gone1", "exit 0")\n    CommandTask("gone2", "exit 0")\n'
+    )
+    states = {f"leaf{n}": "success" for n in range(100)}
+    settings, bag, run_id = started_run(database_url, make_settings, tmp_path, with_extra,
+                                        "fanout", root="success", gone1="running",
+                                        gone2="queued", **states)  # fmt: skip
+    (tmp_path / "dags" / "fanout.py").write_text(FANOUT.format(leaves=100))
+    DagFileProcessorManager(settings).run(once=True)
+
+    one_pass(bag, run_id, waiting.RunsSeen())
+
+    tis = harness.task_instances(run_id)
+    assert (tis["gone1"].state, tis["gone2"].state) == ("running", "queued")
+    assert tis["join"].state == "scheduled"

@@ -134,6 +134,24 @@ if sys.platform != "win32":
         pr_set_child_subreaper = 36
         libc().prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
+    def fork_patiently(patience: float) -> int:
+        """``os.fork()`` for a forkserver's loop, which a refused fork ends: a refusal
+        that may pass (EAGAIN: a limit on processes; ENOMEM) is tried again, the pause
+        doubling from 10 ms up to 1 s, for ``patience`` seconds before it is raised."""
+        import errno
+        import time
+
+        pause, waited = 0.01, 0.0
+        while True:
+            try:
+                return os.fork()
+            except OSError as refused:
+                if refused.errno not in (errno.EAGAIN, errno.ENOMEM) or waited >= patience:
+                    raise
+            time.sleep(pause)
+            waited += pause
+            pause = min(2 * pause, 1.0)
+
     def signal_on_input(fd: int) -> None:
         """Have the kernel send :data:`IO_SIGNAL` to this process when ``fd`` (a pipe's read
         end) becomes readable or its last writer closes it (``O_ASYNC``)."""

@@ -262,8 +262,9 @@ class _RunTasks:
         if rule not in ("all_success", "all_done", "none_failed"):
             return False  # rules that can decide before every upstream task is done
         counts = self.counts
+        if sum(counts.values()) != len(self.doc.tasks):
+            return False  # rows of tasks no longer in the Dag (which may be unfinished)
         unfinished = sum(n for state, n in counts.items() if state not in TaskState.FINISHED)
-        # Rows of tasks no longer in the Dag are finished (retired) once they stop running.
         outside = len(self.doc.tasks) - len(task.upstream)  # this task among them
         if unfinished <= outside:
             return False
