@@ -10,6 +10,26 @@ import time
 from pathlib import Path
 
 
+def as_installed() -> None:
+    """Run spawnflow as an installation does, with its bytecode compiled and read.
+
+    A machine that sets ``PYTHONDONTWRITEBYTECODE`` (this one does) with an editable
+    install would otherwise make every spawned child compile spawnflow's sources again,
+    a cost no user pays (pip compiles what it installs). The package is compiled once,
+    now, and the variable dropped for the processes this one starts; a spawned child
+    still gets ``-B`` from the interpreter's flags, which stops it writing bytecode,
+    not reading it.
+    """
+    import compileall
+    import os
+
+    import spawnflow
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+    compileall.compile_dir(Path(spawnflow.__file__).parent, quiet=1)
+
+
 def install_settings(home: Path, values: dict[str, str]):
     """Resolve and install settings with ``values`` over the defaults, quiet logging, and
     a freshly reset database; the snapshot."""

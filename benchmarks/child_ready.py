@@ -26,7 +26,7 @@ import argparse
 import tempfile
 import time
 
-from _setup import summary
+from _setup import as_installed, summary
 from _targets import bare_idle, bare_target
 
 
@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=30)
     parser.add_argument("--methods", default=None, help="comma-separated; default: all on this OS")
     args = parser.parse_args()
+    as_installed()
 
     import multiprocessing
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _setup import summary
+from _setup import as_installed, summary
 
 DAG_FILE = """
 import datetime as dt
@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    as_installed()
 
     if args.measure:
         folder = Path(args.folder)

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _setup import summary
+from _setup import as_installed, summary
 
 DAGS = """
 from spawnflow import Dag, task
@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    as_installed()
     if args.airflow and not (args.airflow_database_url or args.database_url):
         parser.error("--airflow needs a PostgreSQL --database-url or --airflow-database-url")
     if args.measure:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import psutil
+from _setup import as_installed
 
 DAG = """
 import time
@@ -201,6 +202,7 @@ def main() -> None:
     parser.add_argument("--methods", default=None)
     parser.add_argument("--floor", action="store_true", help="first, one interpreter per role")
     args = parser.parse_args()
+    as_installed()
     if args.floor:
         floor()
     from spawnflow.bootstrap import startmethods

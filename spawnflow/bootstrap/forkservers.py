@@ -47,8 +47,8 @@ DATABASE_ROLES = frozenset(
 #: What each server imports once, for its children to share. First the guard that keeps
 #: a server alive when a client goes away mid-request. Never user code, nothing that
 #: opens a socket or starts a thread at import, and SQLAlchemy only in ``database`` (a
-#: test checks all three). structlog in both: every task logs as it starts, and its
-#: import (asyncio, and rich where installed) was most of a task's start.
+#: test checks all three). No structlog: these children write their lines to files,
+#: which takes only the standard library and msgspec (``bootstrap.logs``).
 PRELOAD = {
     "database": (
         "spawnflow.bootstrap.forkserver_guard",
@@ -66,7 +66,6 @@ PRELOAD = {
         "spawnflow.processors.dag_processor.parser",
         "spawnflow.processors.task_runner",
         "spawnflow.processors.xcom_helper",
-        "structlog",
     ),
 }
 

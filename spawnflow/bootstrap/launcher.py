@@ -220,7 +220,7 @@ def _ensure_folder(folder: Path) -> None:
     """Create a children's log folder once per parent, instead of once per child.
 
     One that cannot be made is the child's to report: its boot fails with the one
-    sentence of :class:`~spawnflow.bootstrap.logs.LogFileUnwritable`.
+    sentence of :class:`~spawnflow.bootstrap.logfiles.LogFileUnwritable`.
     """
     if folder not in _folders:
         try:
@@ -367,6 +367,4 @@ def _child_entry(
 
 
 def _log():
-    # Asked for only when there is something to say: a logger costs a child the
-    # structlog import (tens of milliseconds under spawn).
     return logs.get_logger("spawnflow.launcher")

@@ -1,9 +1,14 @@
-"""Logging: structlog in front, the standard library's handlers behind.
+"""Logging: events with fields through the standard library's loggers and handlers.
 
 Every process configures logging once for its role: human-readable lines on the
-console (coloured on a TTY) and JSON lines in ``<base_log_folder>/<role>.log``.
-Libraries that log through the standard library (SQLAlchemy, Alembic) go through
-the same formatters, so their records carry ``role`` and ``pid`` too.
+console (coloured on a TTY, rendered by structlog's ConsoleRenderer) and JSON lines in
+``<base_log_folder>/<role>.log``. spawnflow's own events (:func:`get_logger`) and the
+records of libraries that log through the standard library (SQLAlchemy, Alembic, a
+task's own ``logging``) go through the same formatters, so every line carries ``role``
+and ``pid``. The JSON lines are rendered here, with msgspec: structlog is imported
+only for the first console line, since its import (with rich, which it pulls in when
+installed) was a third of a spawned task's start-up, for a process whose few lines go
+to a file.
 
 A fork child inherits its parent's handlers, open files and logger cache; calling
 :func:`configure` again replaces all of that, which is why the launcher's child
@@ -14,21 +19,17 @@ writes the child's own pid.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from spawnflow.bootstrap.errors import UserError
+from spawnflow.bootstrap.logfiles import open_log_file
 
-if TYPE_CHECKING:
-    from structlog.typing import Processor
-
-
-class LogFileUnwritable(UserError):
-    """A log file that cannot be opened for appending (a read-only or full disk)."""
-
+#: The attribute of a LogRecord that carries an event's fields.
+FIELDS = "spawnflow_fields"
 
 _role = "unconfigured"
 _log_file: Path | None = None
@@ -40,6 +41,25 @@ def _add_process(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     event.setdefault("role", _role)
     event.setdefault("pid", os.getpid())
     return event
+
+
+def _add_record_fields(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    record = event.get("_record")
+    fields = getattr(record, FIELDS, None)
+    return {**fields, **event} if fields else event
+
+
+def _add_record_time(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    record = event.get("_record")
+    if record is not None:
+        event.setdefault("timestamp", timestamp(record.created))
+    return event
+
+
+def timestamp(created: float) -> str:
+    """RFC 3339 in UTC with microseconds, as every log line writes its time."""
+    moment = dt.datetime.fromtimestamp(created, tz=dt.UTC)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _dumps(event: dict[str, Any], **_: Any) -> str:
@@ -60,38 +80,134 @@ def _shared_processors() -> list:
     ]
 
 
-class _DeferredFormatter(logging.Formatter):
-    """structlog's ProcessorFormatter, built when the first record is written.
+def _foreign_processors() -> list:
+    """What a standard library record gets before the console renders it."""
+    import structlog
 
-    Importing structlog costs a spawned child about 30 ms (it pulls in asyncio); a
-    child that never logs should not pay that before it reports ready.
+    return [
+        structlog.contextvars.merge_contextvars,
+        _add_record_fields,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        _add_process,
+        _add_record_time,
+    ]
+
+
+class EventLogger:
+    """Writes events with fields: ``log.info("task started", task_id="load")``.
+
+    The event is a standard library record whose fields ride on the record, so both
+    formatters (JSON lines and the console) write them; the record's time, role and pid
+    are those of the process that writes it, a logger made before a fork included.
     """
 
-    def __init__(self, json_lines: bool):
+    __slots__ = ("_logger",)
+
+    def __init__(self, name: str | None = None) -> None:
+        self._logger = logging.getLogger(name)
+
+    @property
+    def name(self) -> str:
+        return self._logger.name
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        """Write ``event`` at ``level`` (a ``logging`` level) with ``fields``."""
+        self._write(level, event, None, fields)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._write(logging.DEBUG, event, None, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._write(logging.INFO, event, None, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._write(logging.WARNING, event, None, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._write(logging.ERROR, event, None, fields)
+
+    def critical(self, event: str, **fields: Any) -> None:
+        self._write(logging.CRITICAL, event, None, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """An error with the exception being handled, its traceback in the line."""
+        self._write(logging.ERROR, event, True, fields)
+
+    def _write(self, level: int, event: str, exc_info: Any, fields: dict[str, Any]) -> None:
+        if self._logger.isEnabledFor(level):
+            # stacklevel 3: the record's file and line are the caller's, not this module's.
+            self._logger.log(level, event, exc_info=fields.pop("exc_info", exc_info),
+                             extra={FIELDS: fields}, stacklevel=3)  # fmt: skip
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """One JSON object per record (:func:`event_of`), with ``exception`` after an error."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        event = event_of(record)
+        exc_info = _exc_info(event.pop("exc_info", None)) or record.exc_info
+        if exc_info:
+            event["exception"] = self.formatException(exc_info)
+        if record.stack_info:
+            event["stack"] = self.formatStack(record.stack_info)
+        return _dumps(event)
+
+
+def event_of(record: logging.LogRecord) -> dict[str, Any]:
+    """What a record says as an event: its fields, then ``event``, ``level``, ``logger``,
+    ``role``, ``pid`` and ``timestamp``."""
+    if isinstance(record.msg, dict):
+        # An event of structlog's, its processors already applied (user code, or a
+        # library, that logs through structlog, which is configured to hand it to us).
+        return dict(record.msg)
+    event = {}
+    if "structlog" in sys.modules:
+        event.update(sys.modules["structlog"].contextvars.get_contextvars())
+    event.update(getattr(record, FIELDS, None) or {})
+    event["event"] = record.getMessage()
+    event["level"] = record.levelname.lower()
+    event["logger"] = record.name
+    event["role"], event["pid"] = _role, os.getpid()
+    event["timestamp"] = timestamp(record.created)
+    return event
+
+
+def _exc_info(value: Any) -> Any:
+    """structlog's spellings of ``exc_info`` as the standard library's tuple."""
+    if value is True:
+        value = sys.exc_info()
+    elif isinstance(value, BaseException):
+        value = (type(value), value, value.__traceback__)
+    return value if isinstance(value, tuple) and value[0] is not None else None
+
+
+class ConsoleFormatter(logging.Formatter):
+    """structlog's ConsoleRenderer, built when the first console line is written.
+
+    Importing structlog (with rich, when installed) costs a spawned child 30 to 65 ms;
+    a child that never writes to the console does not pay it.
+    """
+
+    def __init__(self) -> None:
         super().__init__()
-        self._json_lines = json_lines
         self._formatter: logging.Formatter | None = None
 
     def format(self, record: logging.LogRecord) -> str:
         if self._formatter is None:
-            self._formatter = _processor_formatter(self._json_lines)
+            self._formatter = _console_formatter()
         return self._formatter.format(record)
 
 
-def _processor_formatter(json_lines: bool) -> logging.Formatter:
+def _console_formatter() -> logging.Formatter:
+    if not _structlog_configured:
+        _configure_structlog()  # imported now: user code's structlog events reach us too
     import structlog
 
-    renderers: list[Processor]
-    if json_lines:
-        renderers = [
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(serializer=_dumps),
-        ]
-    else:
-        renderers = [structlog.dev.ConsoleRenderer(colors=console_colors(sys.stderr))]
+    renderer = structlog.dev.ConsoleRenderer(colors=console_colors(sys.stderr))
     return structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=_shared_processors(),
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *renderers],
+        foreign_pre_chain=_foreign_processors(),
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
 
 
@@ -109,75 +225,6 @@ class PoolCleanupFilter(logging.Filter):
             record.args, record.exc_info, record.exc_text = (), None, None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
-
-
-class LogFileHandler(logging.FileHandler):
-    """A file handler that outlives its disk: a write that fails (the disk filled or
-    turned read-only) says so once on stderr and drops lines until writes work again,
-    instead of printing a traceback per line or ending the process."""
-
-    failing = False
-    _line_failed = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self._line_failed = False
-        if self.stream is None:  # closed after a failure: try the file again
-            try:
-                self.stream = self._open()
-            except OSError:
-                self.handleError(record)
-                return
-        logging.StreamHandler.emit(self, record)  # calls handleError if the write fails
-        if self.failing and not self._line_failed:
-            self.failing = False
-            _say(f"spawnflow: the log file {self.baseFilename} can be written again")
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        error = sys.exc_info()[1]
-        if not isinstance(error, OSError):
-            super().handleError(record)
-            return
-        self._line_failed = True
-        if not self.failing:
-            self.failing = True
-            _say(f"spawnflow: cannot write the log file {self.baseFilename} ({_why(error)}); "
-                 "its lines are dropped until it can be written again")  # fmt: skip
-        stream, self.stream = self.stream, None  # the next line opens the file again
-        if stream is not None:
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-
-def _say(line: str) -> None:
-    try:
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-    except (OSError, ValueError, AttributeError):
-        pass  # no stderr left either: nothing more to do
-
-
-def _why(error: OSError) -> str:
-    return error.strerror or type(error).__name__
-
-
-def open_log_file(log_file: Path, level: str, *, create_folder: bool = True) -> logging.Handler:
-    """A handler appending JSON lines to ``log_file``, opened now: a file that cannot
-    be written is one sentence (:class:`LogFileUnwritable`) at start-up, not a traceback
-    at the first line."""
-    try:
-        if create_folder:
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-        handler = LogFileHandler(log_file, encoding="utf-8")
-    except OSError as error:
-        raise LogFileUnwritable(
-            f"cannot write the log file {log_file} ({_why(error)}); make its folder "
-            "writable or set [logging] base_log_folder to one that is"
-        ) from None
-    handler.setLevel(level)
-    handler.setFormatter(_DeferredFormatter(json_lines=True))
-    return handler
 
 
 def _configure_structlog() -> None:
@@ -218,7 +265,9 @@ def configure(
     # First: a log file that cannot be written leaves the old configuration in place.
     file_handler = None
     if log_file is not None:
-        file_handler = open_log_file(log_file, level, create_folder=create_folder)
+        file_handler = open_log_file(
+            log_file, level, JsonLinesFormatter(), create_folder=create_folder
+        )
     _role, _log_file = role, log_file
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -237,7 +286,7 @@ def configure(
         handler = logging.StreamHandler(sys.stderr)
         handler.addFilter(quiet_pool)
         handler.setLevel(console_level or level)
-        handler.setFormatter(_DeferredFormatter(json_lines=False))
+        handler.setFormatter(ConsoleFormatter())
         root.addHandler(handler)
         _handlers.append(handler)
         levels.append(logging.getLevelName(console_level or level))
@@ -290,16 +339,11 @@ def current_log_file() -> Path | None:
     return _log_file
 
 
-def get_logger(name: str | None = None, **bound: Any):
-    """A structlog logger; ``role`` and ``pid`` are added to every event it writes.
-
-    The first call in a process imports and configures structlog.
-    """
-    if not _structlog_configured:
-        _configure_structlog()
-    import structlog
-
-    return structlog.stdlib.get_logger(name, **bound)
+def get_logger(name: str | None = None) -> EventLogger:
+    """The logger of ``name`` for events with fields; ``role``, ``pid`` and the time are
+    added to every line it writes. Importing nothing, it costs a child nothing until it
+    writes to the console."""
+    return EventLogger(name)
 
 
 def role_log_file(base_folder: Path, role: str) -> Path:

@@ -6,6 +6,7 @@ import importlib.util
 import io
 import json
 import logging
+import re
 import sys
 
 import pytest
@@ -107,3 +108,42 @@ def test_console_colours_only_on_a_terminal():
 
 def _has_colorama() -> bool:
     return importlib.util.find_spec("colorama") is not None
+
+
+def test_an_events_fields_and_error_reach_the_file_and_the_console_alike(tmp_path, capsys):
+    log_file = tmp_path / "task.log"
+    logs.configure("task", level="INFO", log_file=log_file, console=True)
+    try:
+        raise KeyError("missing")
+    except KeyError:
+        logs.get_logger("spawnflow.task").exception("task failed", try_number=2)
+    logs.flush()
+
+    (event,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert list(event) == ["try_number", "event", "level", "logger", "role", "pid",
+                           "timestamp", "exception"]  # fmt: skip
+    assert (event["event"], event["level"], event["try_number"]) == ("task failed", "error", 2)
+    assert event["exception"].startswith("Traceback")
+    assert event["exception"].endswith("KeyError: 'missing'")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", event["timestamp"])
+    console = capsys.readouterr().err
+    # The same line on the console, with the same time and the same fields.
+    assert {event["timestamp"], "try_number=2", "role=task"} <= set(console.split())
+
+
+def test_structlog_events_written_after_the_console_configured_it_reach_the_file(tmp_path):
+    import structlog
+
+    log_file = tmp_path / "scheduler.log"
+    logs.configure("scheduler", level="INFO", log_file=log_file, console=True,
+                   console_level="CRITICAL")  # fmt: skip
+    logs.get_logger("spawnflow.test").critical("to the console too")  # configures structlog
+    structlog.get_logger("user.code").info("through structlog", rows=3)
+    logs.flush()
+
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(e["event"], e["logger"], e["role"]) for e in events] == [
+        ("to the console too", "spawnflow.test", "scheduler"),
+        ("through structlog", "user.code", "scheduler"),
+    ]
+    assert events[1]["rows"] == 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spawnflow.bootstrap import forkservers
+from spawnflow.bootstrap import forkservers, logs
 from spawnflow.bootstrap.child import ChildBootError
 from spawnflow.executors import local
 
@@ -29,10 +29,8 @@ def test_workers_that_cannot_boot_are_retried_then_reported_not_looped_on(
     assert executor.boot_failures == local.MAX_BOOT_FAILURES
     assert executor.workers == []
     # Each replacement waited twice as long as the one before; the last was not made.
-    failures = [
-        r.msg for r in caplog.records
-        if isinstance(r.msg, dict) and r.msg.get("event") == "worker could not boot"
-    ]  # fmt: skip
+    failures = [logs.event_of(r) for r in caplog.records
+                if r.getMessage() == "worker could not boot"]  # fmt: skip
     assert [f["retry_seconds"] for f in failures] == [1.0, 2.0, 4.0]
 
 
@@ -162,8 +160,8 @@ def test_a_task_end_counts_only_under_the_id_of_the_request_that_started_it(
     finally:
         executor.end(grace=5)
     assert ended == [TaskEnded(7, "success")]  # the answer under its own id, only
-    assert any(isinstance(r.msg, dict) and r.msg.get("event") ==
-               "worker answered a request it was not running" for r in caplog.records)  # fmt: skip
+    assert any(r.getMessage() == "worker answered a request it was not running"
+               for r in caplog.records)  # fmt: skip
 
 
 def test_the_schedulers_wait_ends_on_a_task_end_not_on_a_worker_saying_it_is_alive(

@@ -1,8 +1,8 @@
 """What a child of each role has imported when its target starts (issue 14's cheap
 children): never dill or multiprocess (the standard library starts children), never
 Alembic or click (the CLI's), no SQLAlchemy in the roles that run user code, and no
-structlog in the short-lived ones (a file parser, a task, an XCom helper) before they
-log.
+structlog in the short-lived ones (a file parser, a task, an XCom helper), even once
+they have written to their log file (structlog renders the console only).
 
 Under spawn the child's modules are its own (a new interpreter). A forkserver child
 shares what its server preloaded (every child of the server has it, loaded once), and
@@ -13,6 +13,7 @@ its own. Outside fork no user-code role holds SQLAlchemy, shared or not.
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import sys
 
@@ -38,7 +39,7 @@ USER_CODE_ROLES = {
     "trigger-runner": RUNNER_TARGET,
 }
 ROLES = {**USER_CODE_ROLES, "executor-worker": WORKER_TARGET, **COMPONENTS}
-#: One per file, task or XCom call: they pay for logging only once they log.
+#: One per file, task or XCom call: their log lines go to a file, without structlog.
 SHORT_LIVED = {"file-parser", "task", "xcom-helper"}
 NEVER = {"dill", "multiprocess", "alembic", "click"}
 NO_DATABASE = {"sqlalchemy"}
@@ -49,9 +50,11 @@ def top_level(modules: list[str]) -> set[str]:
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
-def test_a_child_imports_only_what_its_role_needs(role, start_method, make_settings):
+def test_a_child_imports_only_what_its_role_needs(role, start_method, make_settings, tmp_path):
     make_settings()
-    spec = ChildSpec(role, "tests.fixtures.targets:report_modules", {"target": ROLES[role]})
+    log_file = tmp_path / f"{role}.log"
+    kwargs = {"target": ROLES[role], "log": role in SHORT_LIVED}
+    spec = ChildSpec(role, "tests.fixtures.targets:report_modules", kwargs, log_file=log_file)
     with launch(spec, method=start_method) as child:
         child.wait_ready()
         message = child.channel.recv(timeout=120)
@@ -76,6 +79,12 @@ def test_a_child_imports_only_what_its_role_needs(role, start_method, make_setti
         kept = own if start_method == "fork" else held
         assert top_level(sorted(kept)) & NO_DATABASE == set()
         assert not any(name.startswith("spawnflow.models") for name in kept)
+    if role in SHORT_LIVED:
+        # It did log: the event with its fields and the record, as JSON lines.
+        lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+        assert [(line["event"], line["role"]) for line in lines] == [
+            ("task started", role), ("a task's own record", role)]  # fmt: skip
+        assert lines[0]["task_id"] == "report"
 
 
 @functools.cache

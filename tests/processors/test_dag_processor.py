@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from spawnflow.bootstrap import orm
+from spawnflow.bootstrap import logs, orm
 from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
 from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
 from spawnflow.sdk import serialize
@@ -164,7 +164,7 @@ def test_a_dags_folder_that_vanishes_keeps_its_dags_and_says_so(
     with caplog.at_level("WARNING"):
         manager.run_pass()
         manager.run_pass()  # said once, not on every pass
-    warnings = [r.msg for r in caplog.records if isinstance(r.msg, dict)]
+    warnings = [logs.event_of(r) for r in caplog.records if r.name.startswith("spawnflow")]
     assert [w["event"] for w in warnings] == [
         "the Dags folder does not exist; no Dags are read from it, and those stored from it "
         "stay as they are"
@@ -176,7 +176,7 @@ def test_a_dags_folder_that_vanishes_keeps_its_dags_and_says_so(
     moved.rename(dags_folder)
     with caplog.at_level("WARNING"):
         manager.run_pass()
-    assert [r.msg["event"] for r in caplog.records if isinstance(r.msg, dict)] == [
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("spawnflow")] == [
         "the Dags folder is back"
     ]
     assert {d: m.is_active for d, m in stored_dags().items()} == {"kept": True}
