@@ -206,6 +206,8 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
     descendants: no descendants of the processes that launched them, so a stop of the
     whole tree has to take them too (see ``child.stop_many``). Processes in ``skip``
     (children of ours that the stop leaves alone) are left out with what they launched."""
+    if not _shared:
+        return []  # every child exits through here: one that shares nothing skips psutil
     import psutil
 
     found: list[psutil.Process] = []

@@ -316,6 +316,8 @@ class Platform(msgspec.Struct, frozen=True):
         first would wake its stopped children, and a worker that ignores SIGHUP (as
         under ``nohup``) would see its task killed and record a failure for it.
         """
+        if not processes:
+            return
         alive = [p for p in processes if _trees.running(p)]
         if self.process_groups and sys.platform != "win32":
             alive = _trees.suspend_tree(alive)
