@@ -165,12 +165,19 @@ def event_of(record: logging.LogRecord) -> dict[str, Any]:
     if "structlog" in sys.modules:
         event.update(sys.modules["structlog"].contextvars.get_contextvars())
     event.update(getattr(record, FIELDS, None) or {})
+    for key in _LINE_KEYS.intersection(event):
+        # A field named like one of the line's own keys (pid=<a child's pid>) is kept
+        # under another name: the line's pid is always the writer's.
+        event[f"{key}_field"] = event.pop(key)
     event["event"] = record.getMessage()
     event["level"] = record.levelname.lower()
     event["logger"] = record.name
     event["role"], event["pid"] = _role, os.getpid()
     event["timestamp"] = timestamp(record.created)
     return event
+
+
+_LINE_KEYS = frozenset({"event", "level", "logger", "role", "pid", "timestamp"})
 
 
 def _exc_info(value: Any) -> Any:

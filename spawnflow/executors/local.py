@@ -165,7 +165,7 @@ class LocalExecutor(BaseExecutor):
         except OSError:
             # It died since free_slots(): the watch finds it gone and reports the
             # workload lost, and the scheduler schedules it again.
-            log.warning("worker died before it got its task", pid=worker.pid)
+            log.warning("worker died before it got its task", worker_pid=worker.pid)
 
     def request_stop(self) -> None:
         self.stopping = True
@@ -231,7 +231,7 @@ class LocalExecutor(BaseExecutor):
             return  # stopped while it booted: nothing to replace
         self.boot_failures += 1
         delay = BOOT_RETRY_DELAY * 2 ** (self.boot_failures - 1)
-        log.warning("worker could not boot", pid=watched.child.pid, error=str(error),
+        log.warning("worker could not boot", worker_pid=watched.child.pid, error=str(error),
                     failures_in_a_row=self.boot_failures, retry_seconds=delay)  # fmt: skip
         if self.boot_failures >= MAX_BOOT_FAILURES:
             raise error  # the settings or the machine are wrong: say so, do not loop
@@ -256,7 +256,9 @@ class LocalExecutor(BaseExecutor):
             if idle < limit:
                 continue
             self.retiring.add(worker.pid)
-            log.info("worker idle; letting it go", pid=worker.pid, idle_seconds=round(idle, 1))
+            log.info(
+                "worker idle; letting it go", worker_pid=worker.pid, idle_seconds=round(idle, 1)
+            )
             self.watch.stop(self._watched(worker))
 
     def _on_message(self, watched: Watched, message: object) -> None:
@@ -265,7 +267,7 @@ class LocalExecutor(BaseExecutor):
         if isinstance(message, TaskFinished):
             sent = self.busy.get(worker.pid)
             if sent is None or sent[0] != message.id:
-                log.warning("worker answered a request it was not running", pid=worker.pid,
+                log.warning("worker answered a request it was not running", worker_pid=worker.pid,
                             request_id=message.id)  # fmt: skip
                 return
             del self.busy[worker.pid]
@@ -273,7 +275,7 @@ class LocalExecutor(BaseExecutor):
             self._events.append(TaskEnded(message.ti_id, message.state))
             self._dispatch()
         elif not isinstance(message, WorkerAlive):
-            log.warning("worker sent an unexpected message", pid=worker.pid,
+            log.warning("worker sent an unexpected message", worker_pid=worker.pid,
                         message=type(message).__name__)  # fmt: skip
 
     def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
@@ -283,10 +285,10 @@ class LocalExecutor(BaseExecutor):
         self.idle_since.pop(worker.pid, None)
         if worker.pid in self.retiring:
             self.retiring.discard(worker.pid)
-            log.debug("idle worker left", pid=worker.pid, status=status.describe())
+            log.debug("idle worker left", worker_pid=worker.pid, status=status.describe())
         else:
             how = self.hung.pop(worker.pid, None) or status.describe(meaning=False)
-            log.warning("worker ended", pid=worker.pid, status=status.describe())
+            log.warning("worker ended", worker_pid=worker.pid, status=status.describe())
             self.lost_workers += 1
             busy = self.busy.pop(worker.pid, None)
             if busy is not None:
@@ -306,7 +308,7 @@ class LocalExecutor(BaseExecutor):
             if worker.pid in self.hung or heard is None or silent <= limit:
                 continue
             self.hung[worker.pid] = f"stopped answering for {silent:.0f} s and was stopped"
-            log.warning("worker stopped answering; stopping it", pid=worker.pid,
+            log.warning("worker stopped answering; stopping it", worker_pid=worker.pid,
                         silent_seconds=round(silent, 1))  # fmt: skip
             self.watch.stop(self._watched(worker))  # warm, then cold after the grace period
 

@@ -6,6 +6,7 @@ import importlib.util
 import io
 import json
 import logging
+import os
 import re
 import sys
 
@@ -129,6 +130,17 @@ def test_an_events_fields_and_error_reach_the_file_and_the_console_alike(tmp_pat
     console = capsys.readouterr().err
     # The same line on the console, with the same time and the same fields.
     assert {event["timestamp"], "try_number=2", "role=task"} <= set(console.split())
+
+
+def test_a_field_named_like_a_key_of_the_line_keeps_its_value_and_the_line_its_own(tmp_path):
+    log_file = tmp_path / "triggerer.log"
+    logs.configure("triggerer", level="INFO", log_file=log_file)
+    logs.get_logger("spawnflow.test").info("child started", pid=1, role="runner")
+    logs.flush()
+
+    (event,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert (event["pid"], event["role"]) == (os.getpid(), "triggerer")  # the writer's
+    assert (event["pid_field"], event["role_field"]) == (1, "runner")
 
 
 def test_structlog_events_written_after_the_console_configured_it_reach_the_file(tmp_path):

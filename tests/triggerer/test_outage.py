@@ -42,7 +42,9 @@ def test_a_triggerer_rides_out_an_outage_and_its_event_resumes_the_task_once(
             wait_for(lambda: seen in events_of(log), what="the triggerer seeing the outage")
             # Whether or not the first runner had the trigger yet, its successor, ready
             # only while the database is away, must get it from what the triggerer holds.
-            (first,) = [e["pid"] for e in log_events(log) if e["event"] == "trigger runner started"]
+            (first,) = [
+                e["runner_pid"] for e in log_events(log) if e["event"] == "trigger runner started"
+            ]
             psutil.Process(first).kill()
             wait_for(lambda: events_of(log).count("trigger runner started") == 2,
                      what="a second trigger runner")  # fmt: skip

@@ -178,7 +178,7 @@ class ParserPool:
             message.error, message.peak_rss, message.mapped,
         ))  # fmt: skip
         if message.leaving is not None:
-            log.debug("file parser leaves", pid=watched.child.pid, why=message.leaving)
+            log.debug("file parser leaves", parser_pid=watched.child.pid, why=message.leaving)
             if not message.leaving.startswith("it parsed [dag_processor] parser_max_files"):
                 self.recycled.append(message.leaving)
             parser.leaving = True

@@ -260,7 +260,7 @@ class Triggerer:
         self.sent.clear()
         self.watch.add(self.runner, on_ready=self._on_ready, on_message=self._on_message,
                        on_exit=self._on_exit, on_boot_failure=self._on_boot_failure)  # fmt: skip
-        log.info("trigger runner started", pid=self.runner.pid, method=self.runner.method)
+        log.info("trigger runner started", runner_pid=self.runner.pid, method=self.runner.method)
 
     def _on_ready(self, watched: Watched) -> None:
         self._ready_at = time.monotonic()
