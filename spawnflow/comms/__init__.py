@@ -60,6 +60,11 @@ class ComponentStatus(Message, frozen=True):
     #: Nothing to do and nothing running.
     idle: bool
     text: str
+    #: The scheduler's runs that ended since it started, by how they ended.
+    succeeded_runs: int = 0
+    failed_runs: int = 0
+    #: The Dag processor's files with an import error, after its last pass.
+    import_errors: int = 0
 
 
 class DatabaseReady(Message, frozen=True):

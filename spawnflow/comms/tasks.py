@@ -55,6 +55,8 @@ class RunTask(Request, frozen=True):
 class TaskFinished(Response, frozen=True):
     ti_id: int
     state: str
+    #: Seconds from the worker taking the task to the end being recorded.
+    seconds: float | None = None
 
 
 class WorkerAlive(Message, frozen=True):

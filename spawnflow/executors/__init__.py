@@ -8,7 +8,7 @@ machine; a distributed one could put the same workloads on a queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from spawnflow.comms.tasks import Workload
 
@@ -27,6 +27,9 @@ class TaskEnded:
 
     ti_id: int
     state: str
+    #: What it ran, and for how long (the worker's count), for the scheduler's log.
+    workload: Workload | None = field(default=None, compare=False)
+    seconds: float | None = field(default=None, compare=False)
 
 
 class BaseExecutor:

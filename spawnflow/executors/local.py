@@ -272,7 +272,8 @@ class LocalExecutor(BaseExecutor):
                 return
             del self.busy[worker.pid]
             self.idle_since[worker.pid] = time.monotonic()
-            self._events.append(TaskEnded(message.ti_id, message.state))
+            self._events.append(TaskEnded(message.ti_id, message.state, workload=sent[1],
+                                          seconds=message.seconds))  # fmt: skip
             self._dispatch()
         elif not isinstance(message, WorkerAlive):
             log.warning("worker sent an unexpected message", worker_pid=worker.pid,

@@ -84,7 +84,7 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
                     idle_after is not None and scheduler is not None and scheduler.idle
                     and scheduler.loops > idle_after
                 ):  # fmt: skip
-                    return Outcome("every due Dag run has finished", 0, statuses)
+                    return idle_outcome(statuses)
     except lifecycle.WarmStop:  # a second request before the loop saw the first
         return Outcome("stopped at once", _stopped_code(), statuses)
     finally:
@@ -95,6 +95,20 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
         ended_cold = [c for c in children.values() if c.exit_status and c.exit_status.cold]
         if any(child.role == "scheduler" for child in ended_cold):
             _release_what_it_ran(settings, children["scheduler"].pid)
+
+
+def idle_outcome(statuses: dict[str, ComponentStatus]) -> Outcome:
+    """How an idle ``--exit-when-idle`` ends: 0 only if no run failed and no file has an
+    import error, so that it can gate a CI job."""
+    scheduler, processor = statuses["scheduler"], statuses["dag-processor"]
+    failed, errors = scheduler.failed_runs, processor.import_errors
+    reason = (
+        f"every due Dag run has finished: {scheduler.succeeded_runs} succeeded, {failed} failed"
+    )
+    if errors:
+        files = "file has" if errors == 1 else "files have"
+        reason += f"; {errors} Dag {files} an import error (spawnflow dags list-import-errors)"
+    return Outcome(reason, 1 if failed or errors else 0, statuses)
 
 
 def _stopped_code() -> int:

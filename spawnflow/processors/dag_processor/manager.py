@@ -215,6 +215,7 @@ def run(channel, *, once: bool = False, num_runs: int | None = None) -> None:
         channel.send(ComponentStatus(
             role="dag-processor", loops=passes, idle=True,
             text=f"{summary.dags} Dag(s), {len(summary.errors)} import error(s)",
+            import_errors=len(summary.errors),
         ))  # fmt: skip
 
     lifecycle.defer_warm_stop()  # finish running parses on the first request

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,7 +33,7 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.states import DagRunState, JobState, TaskState
 from spawnflow.comms.tasks import Workload
-from spawnflow.executors import BaseExecutor, WorkerLost
+from spawnflow.executors import BaseExecutor, TaskEnded, WorkerLost
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
@@ -61,6 +63,9 @@ class LoopSummary:
     running_tasks: int
     #: Task instances waiting for a trigger (they hold no worker).
     deferred_tasks: int = 0
+    #: Runs this scheduler saw end, since it started, by how they ended.
+    succeeded_runs: int = 0
+    failed_runs: int = 0
 
     @property
     def idle(self) -> bool:
@@ -95,6 +100,8 @@ class Scheduler:
         )
         self.job_id: int | None = None
         self.loops = 0
+        #: Runs this scheduler ended, by state (``standalone --exit-when-idle``).
+        self.ended_runs: Counter[str] = Counter()
         #: Executor events read but not written yet.
         self._events: list = []
         #: Whether a turn gave up on the database because of a stop request.
@@ -267,8 +274,17 @@ class Scheduler:
             self.assets.committed()
         with orm.session_scope() as session:
             runs.start_queued_runs(session, self.bag, now, self.only_runs)
+        ended: list[DagRun] = []
         with orm.session_scope() as session:
-            waiting.schedule_tasks(session, self.bag, now, self.only_runs, self.seen)
+            waiting.schedule_tasks(session, self.bag, now, self.only_runs, self.seen, ended)
+            # Read now: the session expires them at its commit.
+            ended_runs = [(r.dag_id, r.run_id, r.state, r.start_date) for r in ended]
+        for dag_id, run_id, state, started in ended_runs:  # committed: they ended
+            self.ended_runs[state] += 1
+            seconds = round((now - runs.aware(started)).total_seconds(), 3) if started else None
+            level = logging.INFO if state == DagRunState.SUCCESS else logging.ERROR
+            log.log(level, "run finished", dag_id=dag_id, run_id=run_id, state=state,
+                    seconds=seconds)  # fmt: skip
         stale, deferrals = self._due("stale tasks"), self._due("deferral timeouts")
         if stale or deferrals:
             with orm.session_scope() as session:
@@ -293,6 +309,8 @@ class Scheduler:
                 )  # fmt: skip
         for workload in workloads:  # after the commit: the worker must see them queued
             self.executor.queue(workload)
+            log.info("task queued", dag_id=workload.dag_id, task_id=workload.task_id,
+                     run_id=workload.run_id, try_number=workload.try_number)  # fmt: skip
         return self._summary(created, len(workloads))
 
     # -- executor events ----------------------------------------------------------------
@@ -306,6 +324,8 @@ class Scheduler:
             event = self._events[0]
             if isinstance(event, WorkerLost):
                 self._lost(event)
+            elif event.workload is not None:
+                _log_task_end(event)
             self._events.pop(0)
 
     def _lost(self, event: WorkerLost) -> None:
@@ -392,7 +412,23 @@ class Scheduler:
                 )
             ).one()
         return LoopSummary(self.loops, created, queued, active_runs or 0, running_tasks or 0,
-                           deferred or 0)  # fmt: skip
+                           deferred or 0, self.ended_runs[DagRunState.SUCCESS],
+                           self.ended_runs[DagRunState.FAILED])  # fmt: skip
+
+
+#: How loud a task's end is: a failure is an error, a try that will be retried a warning.
+_END_LEVELS: dict[str, int] = {
+    TaskState.FAILED: logging.ERROR,
+    TaskState.UP_FOR_RETRY: logging.WARNING,
+}
+
+
+def _log_task_end(event: TaskEnded) -> None:
+    workload = event.workload
+    assert workload is not None  # the caller checked
+    log.log(_END_LEVELS.get(event.state, logging.INFO), "task finished", dag_id=workload.dag_id,
+            task_id=workload.task_id, run_id=workload.run_id, try_number=workload.try_number,
+            state=event.state, seconds=event.seconds)  # fmt: skip
 
 
 def run(channel, **kwargs) -> None:
@@ -404,7 +440,9 @@ def run(channel, **kwargs) -> None:
         channel.send(ComponentStatus(
             role="scheduler", loops=summary.loops, idle=summary.idle,
             text=f"{summary.active_runs} active run(s), {summary.running_tasks} task(s) running, "
-            f"{summary.deferred_tasks} deferred",
+            f"{summary.deferred_tasks} deferred; runs {summary.succeeded_runs} succeeded, "
+            f"{summary.failed_runs} failed",
+            succeeded_runs=summary.succeeded_runs, failed_runs=summary.failed_runs,
         ))  # fmt: skip
 
     lifecycle.defer_warm_stop()

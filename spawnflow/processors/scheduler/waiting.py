@@ -100,11 +100,13 @@ class RunsSeen:
 
 def schedule_tasks(
     session: Session, bag: DagBag, now: dt.datetime, only: set[int] | None,
-    seen: RunsSeen | None = None,
+    seen: RunsSeen | None = None, ended_runs: list[DagRun] | None = None,
 ) -> int:  # fmt: skip
     """Decide about the waiting task instances of running runs; how many changed.
 
-    ``seen`` carries what earlier passes saw (without it every run is looked at).
+    ``seen`` carries what earlier passes saw (without it every run is looked at); the
+    runs this pass ended are appended to ``ended_runs`` (they end when the session
+    commits).
     """
     seen = seen if seen is not None else RunsSeen()
     query = select(DagRun).where(DagRun.state == DagRunState.RUNNING)
@@ -132,6 +134,8 @@ def schedule_tasks(
         if ended is not None:  # and only from states that were all written
             run.state, run.end_date = ended, now
             changed += 1
+            if ended_runs is not None:
+                ended_runs.append(run)
         # A pass that wrote moved the mark itself: the next one looks again, once.
         memo = _Seen(mark, retry_due) if written == 0 and ended is None else None
         seen.remember(run.id, memo, doc)

@@ -58,8 +58,11 @@ def run(channel: Channel, *, xcom_backend=None) -> None:
         log.info("running task", dag_id=workload.dag_id, task_id=workload.task_id,
                  run_id=workload.run_id, try_number=workload.try_number)  # fmt: skip
         supervisor = TaskSupervisor(workload, settings, xcom_backend=xcom_backend, alive=alive)
+        took = time.monotonic()
         state = supervisor.run()
+        took = round(time.monotonic() - took, 3)
         try:
-            channel.send(TaskFinished(id=message.id, ti_id=workload.ti_id, state=state))
+            channel.send(TaskFinished(id=message.id, ti_id=workload.ti_id, state=state,
+                                      seconds=took))  # fmt: skip
         except OSError:
             return  # the executor is gone; the state is recorded in the database
