@@ -147,25 +147,34 @@ def unpause_command(state: State, dag_id: str) -> None:
     _set_paused(state, dag_id, False)
 
 
-@dags_group.command("check", short_help="Parse a file under every start method and compare.")
+@dags_group.command("check", short_help="Parse a file and run its tasks under every start method.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--method", "methods", multiple=True, metavar="METHOD",
               help="Check only this start method (repeatable).")  # fmt: skip
+@click.option("--parse-only", is_flag=True, help="Compare the parsed Dags; run no task.")
+@click.option("--task-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="Seconds each task may run under each method.")  # fmt: skip
 @pass_state
-def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
-    """Parse FILE in a child process under each start method this machine has and show
-    where they differ. A Dag that loads only under fork (module state, unpicklable
-    objects, import side effects) is what breaks when moving to macOS or Python 3.14."""
+def check_command(
+    state: State, file: Path, methods: tuple[str, ...], parse_only: bool, task_timeout: float
+) -> None:
+    """Parse FILE in a child process under each start method this machine has, then run
+    each of its tasks once under each method (as `tasks test` does, upstream XComs from
+    the tasks before it, the task's own multiprocessing default set to the method), and
+    show where they differ. A Dag or a task that works only under fork (module state,
+    unpicklable objects, import side effects) is what breaks on macOS, on Windows or on
+    Python 3.14."""
     from spawnflow.bootstrap import startmethods
-    from spawnflow.services import dags
+    from spawnflow.comms.states import TaskState
+    from spawnflow.services import dag_check
 
     settings = state.settings()
     for method in methods:
         startmethods.check(method)
-    chosen = list(methods) or list(startmethods.available())
+    chosen = list(dict.fromkeys(methods)) or list(startmethods.available())
     timeout = settings.dag_processor.file_parsing_timeout
     folder = str(settings.core.dags_folder)
-    results = dags.check_file(str(file.resolve()), chosen, timeout, folder)
+    results = dag_check.check_file(str(file.resolve()), chosen, timeout, folder)
     rows = [
         [r.method, "ok" if r.ok else "FAIL", str(len(r.dags)), str(r.tasks), f"{r.seconds:.2f}"]
         for r in results
@@ -174,15 +183,45 @@ def check_command(state: State, file: Path, methods: tuple[str, ...]) -> None:
     for result in results:
         if result.error:
             click.echo(f"\n{result.method}:\n  " + result.error.replace("\n", "\n  "), err=True)
-    found = dags.differences(results)
-    for sentence in found:
-        click.echo(f"Difference: {sentence}.", err=True)
-    if found or not all(r.ok for r in results):
-        raise click.exceptions.Exit(1)
+    found = dag_check.differences(results)
     if not any(r.dags for r in results):
         click.echo(f"{file} defines no Dag under any start method.", err=True)
         raise click.exceptions.Exit(1)
-    click.echo("Same result under every start method.")
+    ran: list[dag_check.TaskRun] = []
+    if not parse_only and all(r.ok for r in results):
+        for result in results:
+            ran += dag_check.check_tasks(settings, result.method, result.documents,
+                                         task_timeout)  # fmt: skip
+        click.echo()
+        click.echo(_task_table(ran, [r.method for r in results]))
+        found += dag_check.task_differences(ran, TaskState.SUCCESS)
+    for sentence in found:
+        click.echo(f"Difference: {sentence}.", err=True)
+    # A task that fails under every method is no difference, but no pass either.
+    succeeded = {(r.dag_id, r.task_id) for r in ran if r.state == TaskState.SUCCESS}
+    failing = {(r.dag_id, r.task_id): r.reason or r.state for r in ran
+               if (r.dag_id, r.task_id) not in succeeded}  # fmt: skip
+    for (dag_id, task_id), reason in failing.items():
+        click.echo(f"Task {task_id!r} of Dag {dag_id!r} fails under every start method: "
+                   f"{reason}.", err=True)  # fmt: skip
+    if found or failing or not all(r.ok for r in results):
+        raise click.exceptions.Exit(1)
+    what = "parsed" if parse_only else f"parsed, and {len(ran) // len(results)} task(s) ran"
+    if len(results) == 1:
+        click.echo(f"Checked under {results[0].method} only ({what}): no other start method "
+                   "to compare with.")  # fmt: skip
+    else:
+        click.echo(f"Same result under every start method ({what}).")
+
+
+def _task_table(ran, methods: list[str]) -> str:
+    """A row per task, its state under each method."""
+    states: dict[tuple[str, str], dict[str, str]] = {}
+    for run in ran:
+        states.setdefault((run.dag_id, run.task_id), {})[run.method] = run.state
+    rows = [[dag_id, task_id, *(by.get(m, "-") for m in methods)]
+            for (dag_id, task_id), by in states.items()]  # fmt: skip
+    return table(["dag", "task", *methods], rows)
 
 
 def _conf(text: str | None) -> dict:

@@ -65,6 +65,11 @@ def run_task(channel, workload: Workload) -> None:
     logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
                 try_number=workload.try_number, method=workload.next_method)  # fmt: skip
     try:
+        if workload.multiprocessing_start_method is not None:
+            # What the user's own processes get, as on an OS whose default it is.
+            import multiprocessing
+
+            multiprocessing.set_start_method(workload.multiprocessing_start_method, force=True)
         task = _find_task(workload)
         channel.send(TaskStarting())
         result = _resume(task, workload) if resuming else _execute(task, channel)

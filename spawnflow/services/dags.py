@@ -1,13 +1,12 @@
 """What the ``spawnflow dags`` commands read and change, without click.
 
-Everything here reads what the Dag processor stored; nothing imports a Dag file,
-except :func:`check_file`, which parses one in child processes, never here.
+Everything here reads what the Dag processor stored; nothing imports a Dag file
+(``dags check`` parses and runs one in child processes: :mod:`.dag_check`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy import select
 
@@ -61,78 +60,3 @@ def set_paused(dag_id: str, paused: bool) -> bool:
         changed = model.is_paused != paused
         model.is_paused = paused
         return changed
-
-
-# -- dags check ---------------------------------------------------------------------
-
-
-@dataclass
-class MethodParse:
-    """What parsing one file found under one start method."""
-
-    method: str
-    ok: bool
-    dags: dict[str, str]  # dag id -> hash of its serialized form
-    tasks: int
-    error: str | None
-    seconds: float
-
-
-def check_file(
-    path: str, methods: list[str], timeout: float, dags_folder: str | None = None
-) -> list[MethodParse]:
-    """Parse ``path`` in a file-parser child under each of ``methods``, as the processor would."""
-    import time
-
-    from spawnflow.bootstrap import launcher
-    from spawnflow.processors.dag_processor.messages import ParseResult
-    from spawnflow.processors.dag_processor.parsing import PARSER_TARGET
-
-    results = []
-    for method in methods:
-        started = time.monotonic()
-        spec = launcher.ChildSpec(
-            "file-parser", PARSER_TARGET, {"path": path, "dags_folder": dags_folder}
-        )
-        child = launcher.launch(spec, method=method)
-        message, error = None, None
-        try:
-            child.wait_ready()  # the boot has a budget of its own ([core] child_boot_timeout)
-            message = child.channel.recv(timeout=timeout)
-        except TimeoutError:
-            error = f"timed out after {timeout:g} seconds"
-        except (EOFError, launcher.ChildBootError):
-            pass
-        status = child.stop(grace=5) if child.is_alive() else child.join(timeout=30)
-        assert status is not None  # stop() always reaps; join() reaps an exited child at once
-        if isinstance(message, ParseResult):
-            error = message.error
-            dags = {d.dag_id: serialize.dag_hash(d) for d in message.dags}
-            tasks = sum(len(d.tasks) for d in message.dags)
-        else:
-            error = error or f"the parser {status.describe(meaning=False)} before it reported"
-            dags, tasks = {}, 0
-        results.append(
-            MethodParse(method, error is None, dags, tasks, error, time.monotonic() - started)
-        )
-    return results
-
-
-def differences(results: list[MethodParse]) -> list[str]:
-    """Sentences saying where the methods disagree (empty when they all agree)."""
-    found = []
-    ids = {method.method: set(method.dags) for method in results}
-    everyone = set().union(*ids.values()) if ids else set()
-    for dag_id in sorted(everyone):
-        missing = [m for m, present in ids.items() if dag_id not in present]
-        if missing:
-            found.append(f"Dag {dag_id!r} is missing under {', '.join(missing)}")
-            continue
-        hashes = {m.dags[dag_id] for m in results}
-        if len(hashes) > 1:
-            found.append(f"Dag {dag_id!r} differs between start methods")
-    outcomes = {m.method: m.ok for m in results}
-    if len(set(outcomes.values())) > 1:
-        failing = [m for m, ok in outcomes.items() if not ok]
-        found.append(f"the file loads under some start methods but not under {', '.join(failing)}")
-    return found

@@ -31,6 +31,7 @@ from spawnflow.processors.triggerer.job import fire_once
 from spawnflow.processors.worker.recording import TryRecorder
 from spawnflow.processors.worker.supervisor import TaskSupervisor
 from spawnflow.sdk import xcom
+from spawnflow.sdk.serialize import SerializedDag
 from spawnflow.services.dags import UnknownDag, get_dag
 
 TRIGGERER_TARGET = "spawnflow.processors.triggerer.job:run"
@@ -128,8 +129,12 @@ class InMemoryRecorder(TryRecorder):
 
     stores_xcoms = False
 
-    def __init__(self, show: Callable[[str], None]):
+    def __init__(self, show: Callable[[str], None],
+                 upstream: dict[tuple[str, str], str] | None = None):  # fmt: skip
         self.show = show
+        #: What upstream tasks pushed, by (task id, key): ``dags check`` runs a Dag's
+        #: tasks in order and hands each what the earlier ones pushed.
+        self.upstream = upstream or {}
         self.xcoms: dict[str, str] = {}
         #: The task's state store: key to (JSON text, reference).
         self.state: dict[str, tuple[str | None, str | None]] = {}
@@ -139,8 +144,10 @@ class InMemoryRecorder(TryRecorder):
             self.xcoms[request.key] = request.value
             return Done(id=request.id)
         if isinstance(request, XComPull):
-            self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
-            return XComValue(id=request.id, value=None)
+            value = self.upstream.get((request.task_id, request.key))
+            if value is None:
+                self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
+            return XComValue(id=request.id, value=value)
         return super().answer(request)
 
     def answer_state(self, request: wire.Request) -> wire.Response:
@@ -174,23 +181,40 @@ def test_task(settings: Settings, dag_id: str, task_id: str,
               show: Callable[[str], None]) -> TaskTest:  # fmt: skip
     """Run one task once, in a task process, writing no state."""
     ensure_parsed(settings, dag_id)
-    model, document = get_dag(dag_id)
+    _, document = get_dag(dag_id)
     if task_id not in document.task_ids:
         raise UserError(
             f"Dag {dag_id!r} has no task {task_id!r}; it has {', '.join(document.task_ids)}"
         )
+    return run_task_once(settings, document, task_id, show)
+
+
+def run_task_once(
+    settings: Settings, document: SerializedDag, task_id: str, show: Callable[[str], None], *,
+    method: str | None = None, upstream: dict[tuple[str, str], str] | None = None,
+    timeout: float | None = None,
+) -> TaskTest:  # fmt: skip
+    """Run ``task_id`` of ``document`` once in a task process, writing no state.
+
+    ``method``: the task process's start method, and its own ``multiprocessing``
+    default (None: the executor's method, Python's default). ``upstream``: the XComs it
+    may pull, by (task id, key); others are None. ``timeout``: seconds the task may run
+    at most (its execution_timeout, if shorter, still applies).
+    """
     task = document.task(task_id)
+    limits = [s for s in (task.execution_timeout, timeout) if s is not None]
     now = runs.utcnow()
     folder = Path(tempfile.mkdtemp(prefix="spawnflow-task-test-"))
     workload = Workload(
-        ti_id=0, dag_id=dag_id, run_id=f"test__{now.isoformat()}", task_id=task_id,
-        try_number=1, dag_file=model.fileloc, dags_folder=str(settings.core.dags_folder),
+        ti_id=0, dag_id=document.dag_id, run_id=f"test__{now.isoformat()}", task_id=task_id,
+        try_number=1, dag_file=document.fileloc, dags_folder=str(settings.core.dags_folder),
         logical_date=now, data_interval_start=now, data_interval_end=now, conf={},
-        params=document.params, execution_timeout=task.execution_timeout,
+        params=document.params, execution_timeout=min(limits) if limits else None,
         retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
+        multiprocessing_start_method=method,
     )  # fmt: skip
-    recorder = InMemoryRecorder(show)
-    supervisor = TaskSupervisor(workload, settings, recorder=recorder)
+    recorder = InMemoryRecorder(show, upstream)
+    supervisor = TaskSupervisor(workload, settings, recorder=recorder, method=method)
     state = supervisor.run()
     reason = supervisor.reason
     while state == TaskState.DEFERRED and supervisor.deferral is not None:
@@ -208,6 +232,6 @@ def test_task(settings: Settings, dag_id: str, task_id: str,
             workload, next_method=deferral.method_name,
             next_kwargs=xcom.encode(kwargs, subject="the trigger's event"),
         )  # fmt: skip
-        supervisor = TaskSupervisor(workload, settings, recorder=recorder)
+        supervisor = TaskSupervisor(workload, settings, recorder=recorder, method=method)
         state, reason = supervisor.run(), supervisor.reason
     return TaskTest(state, reason, recorder.xcoms, Path(workload.log_file))

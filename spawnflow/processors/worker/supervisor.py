@@ -74,8 +74,11 @@ class TaskSupervisor:
     def __init__(self, workload: Workload, settings: Settings, *,
                  xcom_backend: BackendChoice | None = None,
                  alive: Callable[[], None] | None = None,
-                 recorder: TryRecorder | None = None):  # fmt: skip
+                 recorder: TryRecorder | None = None,
+                 method: str | None = None):  # fmt: skip
         self.workload = workload
+        #: The task process's start method; None: the executor's.
+        self.method = method
         self.settings = settings
         #: Where the try's life is written: its task instance row, unless told otherwise.
         #: Tells whoever runs this supervisor (an executor worker's executor) that it lives.
@@ -163,7 +166,7 @@ class TaskSupervisor:
             attempt.event("task not started", level="error", reason=reason)
             return None, None, reason
         self.alive()
-        child = launcher.launch(spec)
+        child = launcher.launch(spec, method=self.method)
         self.recorder.set_task_pid(child.pid)
         self.alive()
         self.xcom_service = self._xcom_service(child, runner, attempt)

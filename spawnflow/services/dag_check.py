@@ -1,0 +1,205 @@
+"""``spawnflow dags check``: does a Dag file work the same under every start method?
+
+The file is parsed in a file-parser child under each method, as the Dag processor
+would, and the Dags are compared field by field. Then each task of each Dag runs once
+under each method, as ``tasks test`` runs it (a task process, nothing written), in the
+Dag's order, its upstream XComs being what the check's earlier tasks pushed; the task's
+own ``multiprocessing`` default start method is the method under test, so a task that
+works only under fork (a lambda handed to a ``Process``, state a child expects to
+inherit) fails under spawn here rather than on a user's Mac.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+
+from spawnflow.bootstrap.settings import Settings
+from spawnflow.sdk import serialize
+from spawnflow.sdk.serialize import SerializedDag
+
+
+@dataclass
+class MethodParse:
+    """What parsing one file found under one start method."""
+
+    method: str
+    ok: bool
+    dags: dict[str, str]  # dag id -> hash of its serialized form
+    tasks: int
+    error: str | None
+    seconds: float
+    documents: dict[str, SerializedDag] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class TaskRun:
+    """How one task's run under one start method ended."""
+
+    dag_id: str
+    task_id: str
+    method: str
+    state: str
+    reason: str | None
+
+
+def check_file(
+    path: str, methods: list[str], timeout: float, dags_folder: str | None = None
+) -> list[MethodParse]:
+    """Parse ``path`` in a file-parser child under each of ``methods``, as the processor would."""
+    from spawnflow.bootstrap import launcher
+    from spawnflow.processors.dag_processor.messages import ParseResult
+    from spawnflow.processors.dag_processor.parsing import PARSER_TARGET
+
+    results = []
+    for method in methods:
+        started = time.monotonic()
+        spec = launcher.ChildSpec(
+            "file-parser", PARSER_TARGET, {"path": path, "dags_folder": dags_folder}
+        )
+        child = launcher.launch(spec, method=method)
+        message, error = None, None
+        try:
+            child.wait_ready()  # the boot has a budget of its own ([core] child_boot_timeout)
+            message = child.channel.recv(timeout=timeout)
+        except TimeoutError:
+            error = f"timed out after {timeout:g} seconds"
+        except (EOFError, launcher.ChildBootError):
+            pass
+        status = child.stop(grace=5) if child.is_alive() else child.join(timeout=30)
+        assert status is not None  # stop() always reaps; join() reaps an exited child at once
+        documents: dict[str, SerializedDag] = {}
+        if isinstance(message, ParseResult):
+            error = message.error
+            documents = {d.dag_id: d for d in message.dags}
+        else:
+            error = error or f"the parser {status.describe(meaning=False)} before it reported"
+        results.append(MethodParse(
+            method, error is None, {i: serialize.dag_hash(d) for i, d in documents.items()},
+            sum(len(d.tasks) for d in documents.values()), error,
+            time.monotonic() - started, documents,
+        ))  # fmt: skip
+    return results
+
+
+def differences(results: list[MethodParse]) -> list[str]:
+    """Sentences saying where the methods disagree (empty when they all agree)."""
+    found = []
+    ids = {method.method: set(method.dags) for method in results}
+    everyone = set().union(*ids.values()) if ids else set()
+    for dag_id in sorted(everyone):
+        missing = [m for m, present in ids.items() if dag_id not in present]
+        if missing:
+            found.append(f"Dag {dag_id!r} is missing under {', '.join(missing)}")
+            continue
+        if len({m.dags[dag_id] for m in results}) > 1:
+            what = _what_differs([(m.method, m.documents[dag_id]) for m in results])
+            found.append(f"Dag {dag_id!r} differs between start methods: {what}" + (
+                " (likely cause: the file depends on what was imported before it, on module "
+                "state its parent process set, or on the order of a set or a dict)"
+            ))  # fmt: skip
+    outcomes = {m.method: m.ok for m in results}
+    if len(set(outcomes.values())) > 1:
+        failing = [m for m, ok in outcomes.items() if not ok]
+        found.append(f"the file loads under some start methods but not under {', '.join(failing)}")
+    return found
+
+
+def _what_differs(documents: list[tuple[str, SerializedDag]]) -> str:
+    """Which tasks, dependencies and settings differ, each with its value per method."""
+    parts = []
+    tasks = {method: doc.task_ids for method, doc in documents}
+    if len({tuple(sorted(t)) for t in tasks.values()}) > 1:
+        parts.append("tasks " + _per_method({m: ", ".join(sorted(t)) for m, t in tasks.items()}))
+    edges = {
+        method: sorted(f"{up} >> {task.task_id}" for task in doc.tasks for up in task.upstream)
+        for method, doc in documents
+    }  # fmt: skip
+    if len({tuple(e) for e in edges.values()}) > 1:
+        parts.append("dependencies " + _per_method({m: ", ".join(e) for m, e in edges.items()}))
+    plain = {method: msgspec.to_builtins(doc) for method, doc in documents}
+    for key in next(iter(plain.values())):
+        if key in ("tasks", "dag_id") or len({repr(p.get(key)) for p in plain.values()}) == 1:
+            continue
+        parts.append(f"{key} " + _per_method({m: repr(p.get(key)) for m, p in plain.items()}))
+    if not parts:  # the tasks' own settings (retries, arguments, ...)
+        task_fields = {
+            method: {t.task_id: msgspec.to_builtins(t) for t in doc.tasks}
+            for method, doc in documents
+        }  # fmt: skip
+        first = next(iter(task_fields.values()))
+        for task_id in first:
+            for key in first[task_id]:
+                values = {m: repr(f.get(task_id, {}).get(key)) for m, f in task_fields.items()}
+                if len(set(values.values())) > 1:
+                    parts.append(f"task {task_id!r} {key} " + _per_method(values))
+    return "; ".join(parts) or "their serialized forms"
+
+
+def _per_method(values: dict[str, str]) -> str:
+    return (
+        "(" + " vs ".join(f"{method}: {value or 'none'}" for method, value in values.items()) + ")"
+    )
+
+
+def check_tasks(
+    settings: Settings, method: str, documents: dict[str, SerializedDag], timeout: float
+) -> list[TaskRun]:
+    """Run each task of ``documents`` once under ``method``, in each Dag's order, each
+    for ``timeout`` seconds at most (a child that cannot unpickle its work makes a
+    ``multiprocessing.Pool`` wait forever)."""
+    from spawnflow.services import testing
+
+    runs = []
+    for dag_id, document in documents.items():
+        upstream: dict[tuple[str, str], str] = {}
+        for task in document.tasks:
+            result = testing.run_task_once(
+                settings,
+                document,
+                task.task_id,
+                _quiet,
+                method=method,
+                upstream=upstream,
+                timeout=timeout,
+            )
+            upstream.update({(task.task_id, key): v for key, v in result.xcoms.items()})
+            runs.append(TaskRun(dag_id, task.task_id, method, result.state, result.reason))
+    return runs
+
+
+def _quiet(note: str) -> None:
+    """The notes ``tasks test`` prints (an XCom no task pushed): the table says enough."""
+
+
+#: What a task that works under fork but not under the others most often does.
+_CAUSES = (
+    (("pickle", "Can't get attribute", "__main__"),
+     "something the task hands to a child process (a lambda, a closure, an object defined "
+     "in the Dag file) cannot be pickled, which spawn and forkserver need"),
+    (("NameError", "AttributeError", "KeyError", "None"),
+     "a child process expects module state that only a forked copy of its parent has"),
+)  # fmt: skip
+
+
+def task_differences(runs: list[TaskRun], succeeded: str) -> list[str]:
+    """Sentences for the tasks whose outcome depends on the start method."""
+    found = []
+    by_task: dict[tuple[str, str], list[TaskRun]] = {}
+    for run in runs:
+        by_task.setdefault((run.dag_id, run.task_id), []).append(run)
+    for (dag_id, task_id), each in by_task.items():
+        if len({r.state for r in each}) == 1:
+            continue
+        works = [r.method for r in each if r.state == succeeded]
+        fails = [r for r in each if r.state != succeeded]
+        reason = fails[0].reason or fails[0].state
+        sentence = (
+            f"task {task_id!r} of Dag {dag_id!r} succeeds under {', '.join(works) or 'none'} "
+            f"but not under {', '.join(r.method for r in fails)}: {reason}"
+        )
+        cause = next((c for words, c in _CAUSES if any(w in reason for w in words)), None)
+        found.append(sentence + (f" (likely cause: {cause})" if cause else ""))
+    return found
