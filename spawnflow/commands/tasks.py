@@ -20,16 +20,30 @@ def tasks_group() -> None:
 @tasks_group.command("test", short_help="Run one task now, writing no state.")
 @click.argument("dag_id")
 @click.argument("task_id")
+@click.option("--xcom", "xcoms", multiple=True, metavar="TASK[.KEY]=JSON",
+              help="An upstream XCom the task pulls (KEY defaults to return_value); "
+                   "repeatable.")  # fmt: skip
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Fail the task when it pulls an upstream XCom that was not given.",
+)
 @pass_state
-def test_command(state: State, dag_id: str, task_id: str) -> None:
+def test_command(
+    state: State, dag_id: str, task_id: str, xcoms: tuple[str, ...], strict: bool
+) -> None:
     """Run one task once in a task process (under the executor's start method), ignoring its
-    dependencies and writing nothing to the database; show its log and its XComs."""
+    dependencies and writing nothing to the database; show its log and its XComs. An
+    upstream XCom it pulls is None unless given with --xcom (a warning says so; --strict
+    fails the task instead)."""
     from spawnflow.comms.states import TaskState
     from spawnflow.sdk import xcom
     from spawnflow.services import runs, testing
 
+    upstream = dict(_upstream_xcom(text) for text in xcoms)
     settings = state.database()
-    result = testing.test_task(settings, dag_id, task_id, click.echo)
+    result = testing.test_task(settings, dag_id, task_id, click.echo, upstream=upstream,
+                               strict=strict)  # fmt: skip
     for line in runs.read_log(result.log_file)[0]:
         click.echo(line)
     for key, value in result.xcoms.items():
@@ -37,8 +51,29 @@ def test_command(state: State, dag_id: str, task_id: str) -> None:
     click.echo(
         f"Task {task_id!r}: {result.state}" + (f" ({result.reason})" if result.reason else "")
     )
+    if result.missing and not strict:
+        names = ", ".join(dict.fromkeys(result.missing))
+        click.echo(f"Warning: the task read upstream XComs nobody gave as None: {names} "
+                   "(give them with --xcom TASK[.KEY]=JSON, or fail with --strict).",
+                   err=True)  # fmt: skip
     if result.state != TaskState.SUCCESS:
         raise click.exceptions.Exit(1)
+
+
+def _upstream_xcom(text: str) -> tuple[tuple[str, str], str]:
+    """``TASK[.KEY]=JSON`` as ((task, key), the value's JSON text)."""
+    import json
+
+    name, sep, value = text.partition("=")
+    task_id, _, key = name.strip().partition(".")
+    if not sep or not task_id:
+        raise click.BadParameter(f"{text!r} is not TASK[.KEY]=JSON", param_hint="--xcom")
+    try:
+        json.loads(value)
+    except ValueError as error:
+        raise click.BadParameter(f"the value of {name!r} is not JSON: {error}",
+                                 param_hint="--xcom") from None  # fmt: skip
+    return (task_id, key or "return_value"), value
 
 
 @tasks_group.command("states", short_help="Show the task instances of a run.")

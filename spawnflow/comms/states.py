@@ -54,6 +54,8 @@ class ErrorKind(StrEnum):
     #: A call to the XCom backend took longer than [xcom] helper_call_timeout.
     XCOM_BACKEND_TIMEOUT = "XCOM_BACKEND_TIMEOUT"
     XCOM_KEY_INVALID = "XCOM_KEY_INVALID"
+    #: An XCom pulled that nobody pushed, where that is an error (``tasks test --strict``).
+    XCOM_NOT_FOUND = "XCOM_NOT_FOUND"
     XCOM_TOO_LARGE = "XCOM_TOO_LARGE"
     #: The task instance is no longer in this try (cleared, failed from outside).
     TASK_NOT_RUNNING = "TASK_NOT_RUNNING"

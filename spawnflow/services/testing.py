@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from spawnflow.bootstrap.child import stop_many
 from spawnflow.bootstrap.errors import UserError
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.state import ClearState, GetState, SetState, StateReplaced, StateValue
-from spawnflow.comms.states import DagRunState, TaskState
+from spawnflow.comms.states import DagRunState, ErrorKind, TaskState
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.executors.local import LocalExecutor
 from spawnflow.models.run import DagRun, TaskInstance
@@ -130,11 +130,17 @@ class InMemoryRecorder(TryRecorder):
     stores_xcoms = False
 
     def __init__(self, show: Callable[[str], None],
-                 upstream: dict[tuple[str, str], str] | None = None):  # fmt: skip
+                 upstream: dict[tuple[str, str], str] | None = None,
+                 strict: bool = False):  # fmt: skip
         self.show = show
         #: What upstream tasks pushed, by (task id, key): ``dags check`` runs a Dag's
-        #: tasks in order and hands each what the earlier ones pushed.
+        #: tasks in order and hands each what the earlier ones pushed; ``tasks test
+        #: --xcom`` gives them by hand.
         self.upstream = upstream or {}
+        #: A missing upstream XCom fails the pull instead of reading as None.
+        self.strict = strict
+        #: The upstream XComs the task asked for that nobody gave, as ``task.key``.
+        self.missing: list[str] = []
         self.xcoms: dict[str, str] = {}
         #: The task's state store: key to (JSON text, reference).
         self.state: dict[str, tuple[str | None, str | None]] = {}
@@ -146,7 +152,14 @@ class InMemoryRecorder(TryRecorder):
         if isinstance(request, XComPull):
             value = self.upstream.get((request.task_id, request.key))
             if value is None:
-                self.show(f"(no upstream XComs in a test: {request.task_id}.{request.key} is None)")
+                name = f"{request.task_id}.{request.key}"
+                self.missing.append(name)
+                if self.strict:
+                    return wire.ErrorResponse(
+                        id=request.id, kind=ErrorKind.XCOM_NOT_FOUND,
+                        message=f"no upstream XCom {name} in this test; give it with --xcom",
+                    )  # fmt: skip
+                self.show(f"(no upstream XCom {name} in this test: it reads as None)")
             return XComValue(id=request.id, value=value)
         return super().answer(request)
 
@@ -169,30 +182,34 @@ class InMemoryRecorder(TryRecorder):
 
 @dataclass
 class TaskTest:
-    """How ``tasks test`` went: the state, why, the XComs pushed, the log file."""
+    """How ``tasks test`` went: the state, why, the XComs pushed, the log file, and the
+    upstream XComs the task asked for that nobody gave (``task.key``)."""
 
     state: str
     reason: str | None
     xcoms: dict[str, str]
     log_file: Path
+    missing: list[str] = field(default_factory=list)
 
 
-def test_task(settings: Settings, dag_id: str, task_id: str,
-              show: Callable[[str], None]) -> TaskTest:  # fmt: skip
-    """Run one task once, in a task process, writing no state."""
+def test_task(settings: Settings, dag_id: str, task_id: str, show: Callable[[str], None], *,
+              upstream: dict[tuple[str, str], str] | None,
+              strict: bool) -> TaskTest:  # fmt: skip
+    """Run one task once, in a task process, writing no state; ``upstream`` XComs by
+    (task id, key), a missing one failing the task if ``strict``."""
     ensure_parsed(settings, dag_id)
     _, document = get_dag(dag_id)
     if task_id not in document.task_ids:
         raise UserError(
             f"Dag {dag_id!r} has no task {task_id!r}; it has {', '.join(document.task_ids)}"
         )
-    return run_task_once(settings, document, task_id, show)
+    return run_task_once(settings, document, task_id, show, upstream=upstream, strict=strict)
 
 
 def run_task_once(
     settings: Settings, document: SerializedDag, task_id: str, show: Callable[[str], None], *,
     method: str | None = None, upstream: dict[tuple[str, str], str] | None = None,
-    timeout: float | None = None,
+    timeout: float | None = None, strict: bool = False,
 ) -> TaskTest:  # fmt: skip
     """Run ``task_id`` of ``document`` once in a task process, writing no state.
 
@@ -213,7 +230,7 @@ def run_task_once(
         retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
         multiprocessing_start_method=method,
     )  # fmt: skip
-    recorder = InMemoryRecorder(show, upstream)
+    recorder = InMemoryRecorder(show, upstream, strict)
     supervisor = TaskSupervisor(workload, settings, recorder=recorder, method=method)
     state = supervisor.run()
     reason = supervisor.reason
@@ -234,4 +251,4 @@ def run_task_once(
         )  # fmt: skip
         supervisor = TaskSupervisor(workload, settings, recorder=recorder, method=method)
         state, reason = supervisor.run(), supervisor.reason
-    return TaskTest(state, reason, recorder.xcoms, Path(workload.log_file))
+    return TaskTest(state, reason, recorder.xcoms, Path(workload.log_file), recorder.missing)

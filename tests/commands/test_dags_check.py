@@ -48,25 +48,6 @@ with Dag("import_order"):
     CommandTask(f"task_{inherited}", "exit 0")
 """
 
-PASSES_A_VALUE = """
-from spawnflow import Dag, task
-
-
-@task
-def produce():
-    return {"rows": 5}
-
-
-@task
-def consume(value):
-    if value != {"rows": 5}:
-        raise ValueError(f"got {value!r}")
-
-
-with Dag("passes_a_value"):
-    consume(produce())
-"""
-
 
 @needs_fork
 def test_a_task_that_works_only_under_fork_is_caught(project, tmp_path):
@@ -108,7 +89,7 @@ def test_upstream_values_reach_each_task_and_one_method_is_not_a_comparison(
     tmp_path,
     method,
 ):
-    path = dagfiles.write(tmp_path, "passes_a_value.py", PASSES_A_VALUE)
+    path = dagfiles.write(tmp_path, "passes_a_value.py", dagfiles.PASSES_A_VALUE)
 
     result = run("dags", "check", str(path), "--method", method, env=project)
 
@@ -120,7 +101,7 @@ def test_upstream_values_reach_each_task_and_one_method_is_not_a_comparison(
 
 
 def test_a_task_that_fails_everywhere_fails_the_check(project, tmp_path):
-    failing = PASSES_A_VALUE.replace('return {"rows": 5}', 'return {"rows": 4}')
+    failing = dagfiles.PASSES_A_VALUE.replace('return {"rows": 5}', 'return {"rows": 4}')
     path = dagfiles.write(tmp_path, "fails.py", failing)
 
     result = run("dags", "check", str(path), env=project)

@@ -119,3 +119,23 @@ with Dag("reprs"):
 
     use(Thing(), {"alpha", "beta", "gamma", "delta"})
 """
+
+# One task's value reaches the next (dags check, tasks test --xcom).
+PASSES_A_VALUE = """
+from spawnflow import Dag, task
+
+
+@task
+def produce():
+    return {"rows": 5}
+
+
+@task
+def consume(value):
+    if value != {"rows": 5}:
+        raise ValueError(f"got {value!r}")
+
+
+with Dag("passes_a_value"):
+    consume(produce())
+"""
