@@ -15,7 +15,7 @@ from sqlalchemy import Row, select
 
 from spawnflow.bootstrap import orm
 from spawnflow.models.views import dag, dag_run, task_instance
-from spawnflow.services.records import no_run
+from spawnflow.services.records import no_run, resolve_run_id
 
 
 def list_dags(include_inactive: bool = False) -> Sequence[Row]:
@@ -40,9 +40,11 @@ def list_runs(dag_id: str | None = None, limit: int = 50) -> Sequence[Row]:
 
 
 def task_instances(dag_id: str, run_id: str) -> Sequence[Row]:
-    """The task instances of one run, in the order they were created."""
-    run = select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)
+    """The task instances of one run (any spelling of its id that
+    :func:`~spawnflow.services.records.resolve_run_id` takes), in the order they were created."""
     with orm.engine().connect() as connection:
+        run_id = resolve_run_id(connection, dag_id, run_id)
+        run = select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)
         found = connection.scalar(run)
         if found is None:
             raise no_run(dag_id, run_id)

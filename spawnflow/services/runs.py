@@ -17,7 +17,7 @@ from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
-from spawnflow.services.records import NotFound, get_run, no_run
+from spawnflow.services.records import NotFound, get_run, no_run, resolve_run_id
 
 
 def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
@@ -31,6 +31,7 @@ def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
 def _task_instance(
     session, dag_id: str, run_id: str, task_id: str, lock: bool = True
 ) -> TaskInstance:
+    run_id = resolve_run_id(session, dag_id, run_id)  # latest, a prefix, a log folder
     query = (
         select(TaskInstance)
         .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
@@ -45,6 +46,7 @@ def _task_instance(
 
 def _locked_run(session, dag_id: str, run_id: str) -> DagRun:
     """The run, locked: the scheduler decides about its task instances under this lock."""
+    run_id = resolve_run_id(session, dag_id, run_id)  # latest, a prefix, a log folder
     run = session.scalar(
         select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id).with_for_update()
     )
