@@ -115,6 +115,29 @@ def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_p
         assert session.get(Job, old_job).state == "failed"
 
 
+def test_a_scheduler_late_with_its_own_heartbeat_keeps_what_it_queued(make_settings, tmp_path):
+    """On a busy machine a turn can outlast job_heartbeat_timeout: the scheduler's own
+    check for gone schedulers must not take itself for one."""
+    settings = setup(make_settings, tmp_path, **{"scheduler.job_heartbeat_timeout": "1"})
+    run_id = harness.trigger("narrow")
+    Scheduler(settings, executor=Holding(2), only_runs={run_id}).run(num_loops=1)
+    with orm.session_scope() as session:
+        (job_id,) = set(session.scalars(
+            select(TaskInstance.scheduler_job_id).where(TaskInstance.state == "queued")
+        ))  # fmt: skip
+        job = session.get(Job, job_id)
+        job.state = "running"  # as it was while it ran, its last beat long ago
+        job.latest_heartbeat = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    late = Scheduler(settings, executor=Holding(0), only_runs={run_id})
+    late.job_id = job_id
+
+    late._adopt_or_reset()
+
+    assert count(TaskInstance, TaskInstance.state == "queued") == 2
+    with orm.session_scope() as session:
+        assert session.get(Job, job_id).state == "running"
+
+
 def test_a_changed_dag_retires_removed_tasks_and_adds_new_ones(make_settings, tmp_path):
     settings = setup(make_settings, tmp_path)
     run_id = harness.trigger("narrow")

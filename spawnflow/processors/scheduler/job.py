@@ -375,6 +375,10 @@ class Scheduler:
                 Job.job_type == "scheduler", Job.state == JobState.RUNNING,
                 Job.latest_heartbeat >= now - dt.timedelta(seconds=limit),
             )))  # fmt: skip
+            # Never itself, however late its own heartbeat (a turn that took longer than
+            # the timeout on a busy machine): it would reset what it just queued.
+            if self.job_id is not None:
+                live.add(self.job_id)
             session.execute(
                 update(Job)
                 .where(
