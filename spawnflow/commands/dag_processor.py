@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.state import State, pass_state, take_stop_requests
+from spawnflow.commands.state import (
+    State,
+    default_dags_folder_made,
+    pass_state,
+    take_stop_requests,
+)
 
 
 @click.command("dag-processor", short_help="Parse Dag files and store the Dags they define.")
@@ -30,6 +35,8 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
     )  # first: waiting out an outage at start-up is logged
     take_stop_requests()  # before the wait for the database: a stop ends it
     state.ready_to_work()
+    if default_dags_folder_made(settings):
+        click.echo(f"Made the Dags folder {settings.core.dags_folder}.", err=True)
     manager = DagFileProcessorManager(settings)
     try:
         summaries = manager.run(once=once, num_runs=num_runs)

@@ -9,6 +9,7 @@ import click
 
 from spawnflow.commands.state import (
     State,
+    default_dags_folder_made,
     pass_state,
     require_writable_logs,
     take_stop_requests,
@@ -91,7 +92,9 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     except database_setup.DatabaseSetupStopped:
         click.echo("Stopped while waiting for the database.", err=True)
         raise click.exceptions.Exit(lifecycle.signal_exit_code() or 130) from None
-    dags_folder = _dags_folder(settings)
+    dags_folder = str(settings.core.dags_folder)
+    if default_dags_folder_made(settings):
+        dags_folder += " (made now)"
     click.echo(f"spawnflow standalone, start method {settings.core.mp_start_method}")
     click.echo(
         f"Database: {database.description}" + (" (migrated now)" if database.migrated else "")
@@ -115,16 +118,3 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     click.echo(f"Done: {outcome.reason}.")
     if outcome.exit_code:
         raise click.exceptions.Exit(outcome.exit_code)
-
-
-def _dags_folder(settings) -> str:
-    """The Dags folder, made now if it is the default one and missing (as a fresh
-    ``standalone`` needs); a configured one that is missing stays a warning of the
-    Dag processor's, since making it would hide a typo."""
-    from spawnflow.bootstrap import paths
-
-    folder = settings.core.dags_folder
-    if settings.source("core", "dags_folder").layer != "default" or folder.is_dir():
-        return str(folder)
-    paths.require_writable_folder(folder, "Dags folder", "[core] dags_folder")
-    return f"{folder} (made now)"

@@ -88,6 +88,21 @@ def require_writable_logs(snapshot: Settings) -> None:
     )
 
 
+def default_dags_folder_made(snapshot: Settings) -> bool:
+    """Make the Dags folder if it is the default one and missing, as the first
+    ``standalone`` or ``dag-processor`` does (a user's ``cp dag.py`` into the folder
+    ``spawnflow info`` names must work); whether it was made now. A configured folder
+    that is missing is left to the Dag processor's warning: making it would hide a typo.
+    """
+    from spawnflow.bootstrap import paths
+
+    folder = snapshot.core.dags_folder
+    if snapshot.source("core", "dags_folder").layer != "default" or folder.is_dir():
+        return False
+    paths.require_writable_folder(folder, "Dags folder", "[core] dags_folder")
+    return True
+
+
 def wait_for_database(*, create: bool = False) -> None:
     """Connect once, riding out an outage of up to ``[database] outage_tolerance``; a
     stop request (see :func:`take_stop_requests`) ends the wait, exit code 130 or 143."""

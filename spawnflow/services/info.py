@@ -51,7 +51,15 @@ def describe(
         ("Home", str(locations.home) if locations.home else "(SPAWNFLOW_HOME not set)"),
         ("Data directory", str(locations.data_dir)),
         ("Log directory", str(settings.logging.base_log_folder)),
-        ("Dags folder", str(settings.core.dags_folder)),
+        (
+            "Dags folder",
+            str(settings.core.dags_folder)
+            + (
+                ""
+                if settings.core.dags_folder.is_dir()
+                else " (not there yet: the first standalone or dag-processor makes it)"
+            ),
+        ),
         ("Database", _masked(settings.database.url)),
     ]
     return rows

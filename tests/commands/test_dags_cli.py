@@ -166,3 +166,28 @@ def test_check_loads_helpers_from_the_dags_folder_and_flags_a_file_without_dags(
     result = run("dags", "check", str(empty), "--method", "spawn", env=project)
     assert result.exit_code == 1
     assert f"{empty} defines no Dag under any start method." in result.stderr
+
+
+def test_the_default_dags_folder_is_made_by_the_first_dag_processor(home, tmp_path):
+    env = {"SPAWNFLOW__CORE__LOAD_EXAMPLES": "false"}
+    folder = home / "dags"
+    assert (
+        f"{folder} (not there yet: the first standalone or dag-processor makes it)"
+        in run("info", env=env).output
+    )
+    assert run("db", "migrate", env=env).exit_code == 0
+
+    made = run("dag-processor", "--once", env=env)
+
+    assert made.exit_code == 0, made.output
+    assert f"Made the Dags folder {folder}." in made.stderr
+    assert folder.is_dir()
+    assert "not there yet" not in run("info", env=env).output
+    again = run("dag-processor", "--once", env=env)
+    assert "Made the Dags folder" not in again.stderr
+
+    # A folder the user named is never made: a typo would go unnoticed.
+    typo = tmp_path / "dgas"
+    named = run("dag-processor", "--once", env={**env, "SPAWNFLOW__CORE__DAGS_FOLDER": str(typo)})
+    assert not typo.exists()
+    assert "Made the Dags folder" not in named.stderr
