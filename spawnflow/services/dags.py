@@ -26,9 +26,37 @@ def get_dag(dag_id: str) -> tuple[DagModel, serialize.SerializedDag]:
         model = session.get(DagModel, dag_id)
         stored = session.get(SerializedDagModel, dag_id)
         if model is None or stored is None:
-            known = session.scalars(select(DagModel.dag_id)).all()
-            raise UnknownDag(_unknown(dag_id, known))
+            raise UnknownDag(_missing(session, dag_id))
         return model, serialize.decode(stored.data).dag
+
+
+def _missing(session, dag_id: str) -> str:
+    """Why ``dag_id`` is not there: its file does not import, or a typo (did you mean)."""
+    broken = _broken_file_that_may_define(session, dag_id)
+    if broken is not None:
+        return broken
+    return _unknown(dag_id, session.scalars(select(DagModel.dag_id)).all())
+
+
+def _broken_file_that_may_define(session, dag_id: str) -> str | None:
+    """The sentence for a Dag that is missing because its file does not import: a file
+    with an import error that is named after the Dag or spells its id in quotes."""
+    from pathlib import Path
+
+    for error in session.scalars(select(ImportErrorModel).order_by(ImportErrorModel.fileloc)):
+        path = Path(error.fileloc)
+        try:
+            source = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            source = ""
+        quoted = f'"{dag_id}"' in source or f"'{dag_id}'" in source
+        if path.stem == dag_id or quoted:
+            last = error.error.strip().splitlines()[-1] if error.error.strip() else "an error"
+            return (
+                f"there is no Dag {dag_id!r}: {path}, which may define it, does not import "
+                f"({last}); see `spawnflow dags list-import-errors`"
+            )
+    return None
 
 
 def _unknown(dag_id: str, known: Sequence[str]) -> str:
@@ -56,7 +84,7 @@ def set_paused(dag_id: str, paused: bool) -> bool:
     with orm.session_scope() as session:
         model = session.get(DagModel, dag_id)
         if model is None:
-            raise UnknownDag(_unknown(dag_id, session.scalars(select(DagModel.dag_id)).all()))
+            raise UnknownDag(_missing(session, dag_id))
         changed = model.is_paused != paused
         model.is_paused = paused
         return changed

@@ -191,3 +191,18 @@ def test_the_default_dags_folder_is_made_by_the_first_dag_processor(home, tmp_pa
     named = run("dag-processor", "--once", env={**env, "SPAWNFLOW__CORE__DAGS_FOLDER": str(typo)})
     assert not typo.exists()
     assert "Made the Dags folder" not in named.stderr
+
+
+def test_a_dag_whose_file_does_not_import_is_reported_as_such(project):
+    source = 'from spawnflow import Dag\nimport no_such_module_x\nwith Dag("nightly"):\n    pass\n'
+    dagfiles.write(folder(project), "nightly.py", source)
+    run("dag-processor", "--once", env=project)
+
+    for command in (["dags", "show", "nightly"], ["dags", "test", "nightly"],
+                    ["dags", "pause", "nightly"]):  # fmt: skip
+        assert_user_error(
+            run(*command, env=project),
+            f"There is no Dag 'nightly': {folder(project) / 'nightly.py'}, which may define it, "
+            "does not import (ModuleNotFoundError: No module named 'no_such_module_x'); see "
+            "`spawnflow dags list-import-errors`",
+        )  # fmt: skip
