@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.output import pairs, table
+from spawnflow.commands.output import emit, output_option, pairs, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -70,16 +70,23 @@ def get_command(state: State, conn_id: str) -> None:
 
 
 @connections_group.command("list", short_help="List the Connections.")
+@output_option
 @pass_state
-def list_command(state: State) -> None:
+def list_command(state: State, output: str) -> None:
     """List every Connection (passwords are not shown)."""
     from spawnflow.services import connections
 
     state.database()
+    found = connections.list_connections()
+    records = [
+        {"conn_id": c.conn_id, "conn_type": c.conn_type, "host": c.host, "port": c.port,
+         "description": description}
+        for c, description in found
+    ]  # fmt: skip
     rows = [[c.conn_id, c.conn_type, c.host or "", description or ""]
-            for c, description in connections.list_connections()]  # fmt: skip
-    click.echo(table(["conn_id", "type", "host", "description"], rows) if rows
-               else "No Connections.")  # fmt: skip
+            for c, description in found]  # fmt: skip
+    emit(output, records, lambda: table(["conn_id", "type", "host", "description"], rows),
+         "No Connections.")  # fmt: skip
 
 
 @connections_group.command("delete", short_help="Delete a Connection.")

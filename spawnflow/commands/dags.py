@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from spawnflow.commands.output import pairs, table
+from spawnflow.commands.output import emit, output_option, pairs, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -34,27 +34,31 @@ def _where(path: str) -> str:
 
 @dags_group.command("list", short_help="List the Dags.")
 @click.option("--all", "include_inactive", is_flag=True, help="Include inactive Dags.")
+@output_option
 @pass_state
-def list_command(state: State, include_inactive: bool) -> None:
+def list_command(state: State, include_inactive: bool, output: str) -> None:
     """List the Dags the Dag processor stored, with their schedule and state."""
     from spawnflow.services import listings
 
     state.database()
-    rows = [
-        [
-            found.dag_id,
-            found.schedule,
-            "yes" if found.is_paused else "no",
-            "yes" if found.is_active else "no",
-            ", ".join(listings.tags_of(found)),
-            _where(found.fileloc),
-        ]
+    records = [
+        {"dag_id": found.dag_id, "schedule": found.schedule, "is_paused": bool(found.is_paused),
+         "is_active": bool(found.is_active), "tags": listings.tags_of(found),
+         "fileloc": found.fileloc}
         for found in listings.list_dags(include_inactive)
-    ]
-    if not rows:
-        click.echo("No Dags yet: run `spawnflow dag-processor --once`.")
-        return
-    click.echo(table(["dag_id", "schedule", "paused", "active", "tags", "file"], rows))
+    ]  # fmt: skip
+    rows = [
+        [r["dag_id"], r["schedule"], _yes(r["is_paused"]), _yes(r["is_active"]),
+         ", ".join(r["tags"]), _where(r["fileloc"])]
+        for r in records
+    ]  # fmt: skip
+    headers = ["dag_id", "schedule", "paused", "active", "tags", "file"]
+    emit(output, records, lambda: table(headers, rows),
+         "No Dags yet: run `spawnflow dag-processor --once`.")  # fmt: skip
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
 
 
 @dags_group.command("show", short_help="Show one Dag and its tasks.")
@@ -87,13 +91,21 @@ def show_command(state: State, dag_id: str) -> None:
 
 
 @dags_group.command("list-import-errors", short_help="Show the files that failed to load.")
+@output_option
 @pass_state
-def list_import_errors_command(state: State) -> None:
-    """Show each Dag file that could not be loaded, and why."""
+def list_import_errors_command(state: State, output: str) -> None:
+    """Show each Dag file that could not be loaded, and why; exits 1 if there is one."""
     from spawnflow.services import dags
 
     state.database()
     errors = dags.import_errors()
+    if output != "table":
+        records = [{"fileloc": e.fileloc, "timestamp": e.timestamp, "error": e.error}
+                   for e in errors]  # fmt: skip
+        emit(output, records, str, "")
+        if errors:
+            raise click.exceptions.Exit(1)
+        return
     if not errors:
         click.echo("No import errors.")
         return
@@ -105,21 +117,27 @@ def list_import_errors_command(state: State) -> None:
 
 
 @dags_group.command("report", short_help="Parse time and outcome per Dag file.")
+@output_option
 @pass_state
-def report_command(state: State) -> None:
+def report_command(state: State, output: str) -> None:
     """Per-file parse time, Dag count and outcome, slowest first."""
     from spawnflow.services import dags
 
     state.database()
+    found = dags.report()
+    records = [
+        {"fileloc": row.fileloc, "seconds": row.duration, "dags": row.dag_count,
+         "outcome": row.outcome, "last_parsed": row.last_parsed}
+        for row in found
+    ]  # fmt: skip
     rows = [
         [_where(row.fileloc), f"{row.duration:.3f}", str(row.dag_count), row.outcome,
          _utc(row.last_parsed)]
-        for row in dags.report()
+        for row in found
     ]  # fmt: skip
-    if not rows:
-        click.echo("No Dag files parsed yet: run `spawnflow dag-processor --once`.")
-        return
-    click.echo(table(["file", "seconds", "dags", "outcome", "last parsed (UTC)"], rows))
+    emit(output, records,
+         lambda: table(["file", "seconds", "dags", "outcome", "last parsed (UTC)"], rows),
+         "No Dag files parsed yet: run `spawnflow dag-processor --once`.")  # fmt: skip
 
 
 def _set_paused(state: State, dag_id: str, paused: bool) -> None:

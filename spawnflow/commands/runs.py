@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.output import table
+from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -26,20 +26,22 @@ def runs_group() -> None:
 @runs_group.command("list", short_help="List recent Dag runs.")
 @click.option("--dag-id", help="Only this Dag's runs.")
 @click.option("--limit", default=50, show_default=True, help="At most this many runs.")
+@output_option
 @pass_state
-def list_command(state: State, dag_id: str | None, limit: int) -> None:
+def list_command(state: State, dag_id: str | None, limit: int, output: str) -> None:
     """List Dag runs, newest first (times in UTC)."""
     from spawnflow.services import listings
 
     state.database()
-    rows = [
-        [r.dag_id, r.run_id, r.run_type, r.state, when(r.logical_date), when(r.start_date),
-         when(r.end_date)]
+    records = [
+        {"dag_id": r.dag_id, "run_id": r.run_id, "run_type": r.run_type, "state": r.state,
+         "logical_date": r.logical_date, "start_date": r.start_date, "end_date": r.end_date}
         for r in listings.list_runs(dag_id, limit)
     ]  # fmt: skip
-    if not rows:
-        click.echo("No Dag runs yet.")
-        return
-    click.echo(
-        table(["dag_id", "run_id", "type", "state", "logical date", "started", "ended"], rows)
-    )
+    rows = [
+        [r["dag_id"], r["run_id"], r["run_type"], r["state"], when(r["logical_date"]),
+         when(r["start_date"]), when(r["end_date"])]
+        for r in records
+    ]  # fmt: skip
+    headers = ["dag_id", "run_id", "type", "state", "logical date", "started", "ended"]
+    emit(output, records, lambda: table(headers, rows), "No Dag runs yet.")

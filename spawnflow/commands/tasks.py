@@ -7,7 +7,7 @@ import time
 import click
 
 from spawnflow.bootstrap.errors import UserError
-from spawnflow.commands.output import table
+from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.runs import when
 from spawnflow.commands.state import State, pass_state
 
@@ -79,18 +79,26 @@ def _upstream_xcom(text: str) -> tuple[tuple[str, str], str]:
 @tasks_group.command("states", short_help="Show the task instances of a run.")
 @click.argument("dag_id")
 @click.argument("run_id")
+@output_option
 @pass_state
-def states_command(state: State, dag_id: str, run_id: str) -> None:
+def states_command(state: State, dag_id: str, run_id: str, output: str) -> None:
     """Show each task instance of a run: state, try, times and why it ended so."""
     from spawnflow.services import listings
 
     state.database()
-    rows = [
-        [ti.task_id, ti.state, str(ti.try_number), when(ti.start_date), when(ti.end_date),
-         ti.reason or ""]
+    records = [
+        {"task_id": ti.task_id, "state": ti.state, "try_number": ti.try_number,
+         "start_date": ti.start_date, "end_date": ti.end_date, "reason": ti.reason}
         for ti in listings.task_instances(dag_id, run_id)
     ]  # fmt: skip
-    click.echo(table(["task", "state", "try", "started", "ended", "reason"], rows))
+    rows = [
+        [r["task_id"], r["state"], str(r["try_number"]), when(r["start_date"]),
+         when(r["end_date"]), r["reason"] or ""]
+        for r in records
+    ]  # fmt: skip
+    emit(output, records,
+         lambda: table(["task", "state", "try", "started", "ended", "reason"], rows),
+         "The run has no task instances.")  # fmt: skip
 
 
 @tasks_group.command("logs", short_help="Print the log of a task's try.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.output import table
+from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -39,15 +39,18 @@ def get_command(state: State, key: str) -> None:
 
 
 @variables_group.command("list", short_help="List the Variables.")
+@output_option
 @pass_state
-def list_command(state: State) -> None:
-    """List every Variable."""
+def list_command(state: State, output: str) -> None:
+    """List every Variable (long values shortened in the table only)."""
     from spawnflow.services import runs
 
     state.database()
+    found = runs.list_variables()
+    records = [{"key": v.key, "value": v.value, "description": v.description} for v in found]
     rows = [[v.key, v.value if len(v.value) < 60 else v.value[:57] + "...", v.description or ""]
-            for v in runs.list_variables()]  # fmt: skip
-    click.echo(table(["key", "value", "description"], rows) if rows else "No Variables.")
+            for v in found]  # fmt: skip
+    emit(output, records, lambda: table(["key", "value", "description"], rows), "No Variables.")
 
 
 @variables_group.command("delete", short_help="Delete a Variable.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spawnflow.commands.output import table
+from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -22,17 +22,20 @@ def _shown(value: object, width: int = 60) -> str:
 @click.argument("dag_id")
 @click.argument("run_id")
 @click.option("--task-id", help="Only this task's XComs.")
+@output_option
 @pass_state
-def list_command(state: State, dag_id: str, run_id: str, task_id: str | None) -> None:
+def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, output: str) -> None:
     """List the XComs of run RUN_ID of DAG_ID: task, key, where the value is stored
     (the database, or the backend's reference) and the value itself."""
     from spawnflow.services import xcoms
 
     settings = state.database()
     entries = xcoms.list_xcoms(settings, dag_id, run_id, task_id)
+    records = [{"task_id": e.task_id, "key": e.key, "stored_in": e.stored_in, "value": e.value,
+                "error": e.error} for e in entries]  # fmt: skip
     rows = [[e.task_id, e.key, e.stored_in, f"(unreadable: {e.error})" if e.error
              else _shown(e.value)] for e in entries]  # fmt: skip
-    click.echo(table(["task", "key", "stored in", "value"], rows) if rows else "No XComs.")
+    emit(output, records, lambda: table(["task", "key", "stored in", "value"], rows), "No XComs.")
 
 
 @xcom_group.command("get", short_help="Print one XCom's value and where it is stored.")

@@ -3,7 +3,6 @@ leave unimported (SQLAlchemy Core only: no ORM, no declarative models, no Alembi
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import sys
 import pytest
 
 from spawnflow.bootstrap import orm
-from spawnflow.models import DagModel, DagRun, TaskInstance
 from tests.commands.test_cli import assert_user_error, run
 
 #: What a listing command never imports: each costs it CPU at start and gives it nothing.
@@ -21,26 +19,6 @@ HEAVY = ("sqlalchemy.orm", "alembic", "structlog", "rich", "psutil", "spawnflow.
 DIALECTS = ("postgresql", "mysql")
 #: The only spawnflow.models modules a listing command needs.
 LIGHT_MODELS = {"spawnflow.models", "spawnflow.models.schema", "spawnflow.models.views"}
-
-STARTED = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-
-
-@pytest.fixture
-def one_run(migrated_database, database_url) -> dict[str, str]:
-    """A paused Dag with one finished run of one task; the environment that finds it."""
-    with orm.session_scope(database_url) as session:
-        session.add(DagModel(dag_id="listed", fileloc="/dags/listed.py", is_paused=True,
-                             schedule="@daily", tags='["a", "b"]'))  # fmt: skip
-        session.flush()
-        dag_run = DagRun(dag_id="listed", run_id="r1", run_type="manual", state="success",
-                         logical_date=STARTED, start_date=STARTED)  # fmt: skip
-        session.add(dag_run)
-        session.flush()
-        ended = STARTED + dt.timedelta(seconds=9)
-        session.add(TaskInstance(dag_run_id=dag_run.id, dag_id="listed", task_id="only",
-                                 state="failed", try_number=2, start_date=STARTED,
-                                 end_date=ended, reason="boom"))  # fmt: skip
-    return {"SPAWNFLOW__DATABASE__URL": database_url}
 
 
 def test_the_listing_commands_print_the_stored_rows(one_run):
