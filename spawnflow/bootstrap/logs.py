@@ -309,9 +309,10 @@ def configure(
 
 
 def console_colors(stream: Any) -> bool:
-    """Colour on a terminal. On Windows only with colorama (a dependency there), without
-    which structlog refuses colours with an error instead of printing."""
-    if not _is_tty(stream):
+    """Colour on a terminal, unless ``NO_COLOR`` is set to anything (no-color.org). On
+    Windows only with colorama (a dependency there), without which structlog refuses
+    colours with an error instead of printing."""
+    if os.environ.get("NO_COLOR") or not _is_tty(stream):
         return False
     if sys.platform == "win32":
         import importlib.util

@@ -442,7 +442,7 @@ OPTIONS: tuple[Option, ...] = (
         "level",
         _choice("DEBUG", "INFO", "WARNING", "ERROR"),
         "INFO",
-        "Lowest level written to the log files.",
+        "Lowest level written to the log files and, by the components, to the console.",
         flag="--log-level",
     ),
     Option(

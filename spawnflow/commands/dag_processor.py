@@ -31,7 +31,6 @@ def dag_processor_command(state: State, once: bool, num_runs: int | None) -> Non
         level=settings.logging.level,
         log_file=logs.role_log_file(settings.logging.base_log_folder, "dag-processor"),
         console=True,
-        console_level=None if state.verbose else "WARNING",
     )  # first: waiting out an outage at start-up is logged
     take_stop_requests()  # before the wait for the database: a stop ends it
     state.ready_to_work()

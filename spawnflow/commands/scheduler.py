@@ -17,14 +17,14 @@ from spawnflow.commands.state import (
 
 
 def console_logging(state: State, role: str) -> None:
-    """Log to the role's file and, warnings only unless -v, to the console."""
+    """Log to the role's file and to the console, at ``[logging] level`` (INFO: what it does,
+    as Airflow's components do; ``--log-level WARNING`` for warnings only)."""
     from spawnflow.bootstrap import logs
 
     settings = state.settings()
     logs.configure(
         role, level=settings.logging.level, console=True,
         log_file=logs.role_log_file(settings.logging.base_log_folder, role),
-        console_level=None if state.verbose else "WARNING",
     )  # fmt: skip
 
 

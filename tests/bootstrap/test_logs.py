@@ -102,9 +102,15 @@ def test_console_colours_on_windows_need_colorama_and_spawnflow_requires_it_ther
     assert logs.console_colors(_Terminal()) is False
 
 
-def test_console_colours_only_on_a_terminal():
+def test_console_colours_only_on_a_terminal(monkeypatch):
+    monkeypatch.delenv("NO_COLOR", raising=False)
     assert logs.console_colors(_Terminal()) is (sys.platform != "win32" or _has_colorama())
     assert logs.console_colors(io.StringIO()) is False
+
+
+def test_no_color_set_to_anything_turns_colours_off(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")  # no-color.org: present and not empty
+    assert logs.console_colors(_Terminal()) is False
 
 
 def _has_colorama() -> bool:

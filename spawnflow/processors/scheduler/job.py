@@ -261,6 +261,7 @@ class Scheduler:
 
     def _turn(self, queue: bool) -> LoopSummary:
         self.loops += 1
+        self._take_events()  # first: a task's end is told before its run's
         now = runs.utcnow()
         with orm.session_scope() as session:
             if self._due("heartbeat"):
@@ -318,15 +319,21 @@ class Scheduler:
     def _handle_events(self) -> None:
         """Write what the executor reported; an event leaves the list once written (a
         database outage in the middle keeps the rest for the next attempt)."""
-        assert self.executor is not None  # run() sets it before it calls loop_once()
-        self._events.extend(self.executor.events())
+        self._take_events()
         while self._events:
             event = self._events[0]
             if isinstance(event, WorkerLost):
                 self._lost(event)
-            elif event.workload is not None:
-                _log_task_end(event)
             self._events.pop(0)
+
+    def _take_events(self) -> None:
+        """Read what the executor reported; tasks that ended are logged now."""
+        assert self.executor is not None  # run() sets it before it calls loop_once()
+        found = self.executor.events()
+        for event in found:
+            if isinstance(event, TaskEnded) and event.workload is not None:
+                _log_task_end(event)
+        self._events.extend(found)
 
     def _lost(self, event: WorkerLost) -> None:
         now = runs.utcnow()
