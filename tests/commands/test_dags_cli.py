@@ -114,8 +114,13 @@ def test_check_agrees_for_a_portable_dag(project, tmp_path):
     path = dagfiles.write(tmp_path, "portable.py", dagfiles.good("portable", tasks=3))
     result = run("dags", "check", str(path), env=project)
     assert result.exit_code == 0, result.output
-    last = result.stdout.splitlines()[-1]
-    assert last == "Same result under every start method (parsed, and 3 task(s) ran)."
+    methods = platforms.current().start_methods
+    expected = (
+        "Same result under every start method (parsed, and 3 task(s) ran)." if len(methods) > 1
+        else f"Checked under {methods[0]} only (parsed, and 3 task(s) ran): no other start "
+        "method to compare with."
+    )  # Windows has spawn only  # fmt: skip
+    assert result.stdout.splitlines()[-1] == expected
 
 
 def test_a_warm_stop_of_the_dag_processor_leaves_no_child_behind(
