@@ -114,8 +114,13 @@ def parse(value: object) -> Schedule:
             return Schedule("once")
         if text.startswith("@"):
             if text not in PRESETS:
+                import difflib  # only for the error: a Dag file's import stays light
+
+                known = ["@once", *PRESETS]
+                close = difflib.get_close_matches(text, known, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
                 raise ValueError(
-                    f"schedule {value!r} is not a preset; presets: @once, " + ", ".join(PRESETS)
+                    f"schedule {value!r} is not a preset; {hint}presets: " + ", ".join(known)
                 )
             return Schedule("cron", cron=PRESETS[text], preset=text)
         check_cron(text)
