@@ -98,6 +98,7 @@ def _register() -> None:
         info,
         runs,
         scheduler,
+        status,
         tasks,
         triggerer,
         variables,
@@ -112,6 +113,7 @@ def _register() -> None:
     cli.add_command(dags.dags_group)
     cli.add_command(scheduler.scheduler_command)
     cli.add_command(scheduler.standalone_command)
+    cli.add_command(status.status_command)
     cli.add_command(runs.runs_group)
     cli.add_command(tasks.tasks_group)
     cli.add_command(variables.variables_group)

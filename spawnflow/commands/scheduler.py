@@ -104,17 +104,44 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     if not xcom_backend.is_database:
         where = ", through a helper process per task" if xcom_backend.in_helper else ""
         click.echo(f"XComs:    {xcom_backend.name} backend{where}")
-    tty = sys.stdout.isatty()
-
-    def show(line: str) -> None:
-        if tty:
-            click.echo("\r\033[K" + line, nl=False)
-        else:
-            click.echo(line)
-
-    outcome = standalone.run(settings, exit_when_idle=exit_when_idle, show=show)
-    if tty:
-        click.echo()
+    if sys.stdout.isatty():
+        outcome = _run_with_live_view(settings, exit_when_idle)
+    else:  # piped or redirected: a line whenever a component's status changes
+        outcome = standalone.run(settings, exit_when_idle=exit_when_idle, show=click.echo)
     click.echo(f"Done: {outcome.reason}.")
     if outcome.exit_code:
         raise click.exceptions.Exit(outcome.exit_code)
+
+
+def _run_with_live_view(settings, exit_when_idle: bool):
+    """standalone on a terminal: its components' status lines over what ``spawnflow
+    status`` shows (read by the scheduler), redrawn in place; what standalone says
+    (a component that died, how long stopping took) is printed above the view."""
+    from rich.live import Live
+    from rich.text import Text
+
+    from spawnflow.commands import status_view
+    from spawnflow.services import standalone
+
+    latest = {}
+    with Live(Text("starting the components..."), auto_refresh=False, transient=False) as live:
+
+        def on_status(statuses) -> None:
+            headline = [
+                f"{role}: {statuses[role].text if role in statuses else 'starting'}"
+                for role in standalone.COMPONENTS
+            ]
+            scheduler = statuses.get("scheduler")
+            if scheduler is not None and scheduler.snapshot is not None:
+                latest["snapshot"] = scheduler.snapshot
+            if "snapshot" in latest:
+                live.update(status_view.render(latest["snapshot"], headline=headline),
+                            refresh=True)  # fmt: skip
+            else:  # until the scheduler's first snapshot
+                live.update(Text("\n".join(headline)), refresh=True)
+
+        def say(line: str) -> None:
+            live.console.print(line, markup=False, highlight=False)
+
+        return standalone.run(settings, exit_when_idle=exit_when_idle, show=say,
+                              on_status=on_status)  # fmt: skip

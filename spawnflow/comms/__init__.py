@@ -8,6 +8,7 @@ must be imported on both sides of a channel to be decoded.
 from __future__ import annotations
 
 from spawnflow.bootstrap.wire import Channel, ErrorResponse, Message, Request, Response
+from spawnflow.comms.status import StatusSnapshot
 
 __all__ = [
     "Channel",
@@ -65,6 +66,9 @@ class ComponentStatus(Message, frozen=True):
     failed_runs: int = 0
     #: The Dag processor's files with an import error, after its last pass.
     import_errors: int = 0
+    #: What ``spawnflow status`` would show, read by the scheduler for ``standalone``'s
+    #: live view (whose own process keeps SQLAlchemy out); None unless asked for.
+    snapshot: StatusSnapshot | None = None
 
 
 class DatabaseReady(Message, frozen=True):

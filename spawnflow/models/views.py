@@ -42,3 +42,23 @@ task_instance = table(
     *_columns(_TIME, "start_date", "end_date"),
     column("reason", Text),
 )
+
+job = table(
+    "job",
+    *_columns(Integer, "id", "pid"),
+    *_columns(String, "job_type", "state", "hostname"),
+    *_columns(_TIME, "start_date", "latest_heartbeat"),
+)
+
+import_error = table(
+    "import_error",
+    column("fileloc", String),
+    column("error", Text),
+    column("timestamp", _TIME),
+)
+
+dag_file = table(
+    "dag_file",
+    column("fileloc", String),
+    column("last_parsed", _TIME),
+)

@@ -118,8 +118,10 @@ def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
 
 
 def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int | None):
-    """The log file of one try (the latest when ``attempt`` is None)."""
+    """The log file of one try (the latest when ``attempt`` is None), for ``run_id`` as
+    the user may spell it (``latest``, a prefix, the log folder's name)."""
     with orm.session_scope(write=False) as session:
+        run_id = resolve_run_id(session, dag_id, run_id)  # the folder is the real id's
         ti = _task_instance(session, dag_id, run_id, task_id, lock=False)
         number = attempt or ti.try_number
         state, tries = ti.state, ti.try_number

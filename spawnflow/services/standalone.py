@@ -37,8 +37,18 @@ class Outcome:
     statuses: dict[str, ComponentStatus] = field(default_factory=dict)
 
 
-def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]) -> Outcome:
-    """Launch the components and watch them until idle (if asked), stopped, or one dies."""
+def run(
+    settings: Settings,
+    *,
+    exit_when_idle: bool,
+    show: Callable[[str], None],
+    on_status: Callable[[dict[str, ComponentStatus]], None] | None = None,
+) -> Outcome:
+    """Launch the components and watch them until idle (if asked), stopped, or one dies.
+
+    ``show`` gets a status line whenever it changes, and what standalone says; with
+    ``on_status`` (a live view), that gets every component's newest status instead of
+    the line, the scheduler's with what ``spawnflow status`` shows."""
     statuses: dict[str, ComponentStatus] = {}
     ended: list[Outcome] = []
     watch = Watch()
@@ -56,7 +66,9 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
     forkservers.share(settings, startmethods.ROLE_COMPONENTS)  # once: the command did it
     children = {}
     for role, target in COMPONENTS.items():
-        spec = launcher.ChildSpec(role, target, settings=settings, warm_stop_group=False)
+        live = {"status_snapshots": True} if on_status and role == "scheduler" else {}
+        spec = launcher.ChildSpec(role, target, kwargs=live, settings=settings,
+                                  warm_stop_group=False)  # fmt: skip
         children[role] = launcher.launch(spec, share_forkservers=True)
         watch.add(children[role], on_message=on_message, on_exit=on_exit)
     idle_after: int | None = None
@@ -72,8 +84,11 @@ def run(settings: Settings, *, exit_when_idle: bool, show: Callable[[str], None]
                 f"{role}: {statuses[role].text if role in statuses else 'starting'}"
                 for role in children
             )
-            if line != last_line:
-                show(line)
+            if line != last_line or on_status is not None:
+                if on_status is not None:
+                    on_status(statuses)
+                else:
+                    show(line)
                 last_line = line
             if exit_when_idle:
                 processor, scheduler = statuses.get("dag-processor"), statuses.get("scheduler")

@@ -4,8 +4,10 @@ of the run's log folder (issue 15), on every database (LIKE and its escapes diff
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
+from sqlalchemy import update
 
 from spawnflow.bootstrap import orm
 from spawnflow.bootstrap.paths import folder_name
@@ -71,3 +73,18 @@ def test_latest_of_a_dag_without_runs_says_so(runs):
 def test_a_spelling_that_means_no_run_is_named(runs):
     result = run("tasks", "states", "named", "nope", env=runs)
     assert_user_error(result, "Dag 'named' has no run 'nope'")
+
+
+def test_tasks_logs_reads_the_log_of_the_run_latest_names(runs, database_url, home):
+    with orm.session_scope(database_url) as session:
+        session.execute(update(TaskInstance).values(try_number=1))
+    for run_id in RUN_IDS[-2:]:
+        log = home / "logs" / folder_name("dag_id", "named") / folder_name("run_id", run_id)
+        (log / "task_id=only").mkdir(parents=True)
+        line = {"timestamp": "2026-12-01T00:00:00Z", "event": f"ran in {run_id}"}
+        (log / "task_id=only" / "attempt=1.log").write_text(json.dumps(line) + "\n")
+
+    result = run("tasks", "logs", "named", "latest", "only", env=runs)
+
+    assert result.exit_code == 0, result.output
+    assert "ran in oddx%!id" in result.stdout

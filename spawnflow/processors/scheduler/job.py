@@ -25,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import exc, func, select, update
 
@@ -39,6 +40,9 @@ from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import asset_runs, cut_short, runs, waiting
 from spawnflow.processors.scheduler.queueing import queue_tasks
+
+if TYPE_CHECKING:
+    from spawnflow.comms.status import StatusSnapshot
 
 log = logs.get_logger("spawnflow.scheduler")
 ADOPTING = "adopting what a scheduler that is gone left"
@@ -442,19 +446,47 @@ def _log_task_end(event: TaskEnded) -> None:
             state=event.state, seconds=event.seconds)  # fmt: skip
 
 
-def run(channel, **kwargs) -> None:
-    """Entry point of a launched ``scheduler`` child (``spawnflow standalone``)."""
+def run(channel, status_snapshots: bool = False, **kwargs) -> None:
+    """Entry point of a launched ``scheduler`` child (``spawnflow standalone``).
+
+    ``status_snapshots``: also send what ``spawnflow status`` shows, for standalone's
+    live view."""
     from spawnflow.bootstrap import settings as settings_module
     from spawnflow.comms import ComponentStatus
 
+    settings = settings_module.current()
+    last_snapshot, last_counts = 0.0, (0,) * 5
+
     def report(summary: LoopSummary) -> None:
+        nonlocal last_snapshot, last_counts
+        snapshot = None
+        # Once a second for the elapsed times, and at once when something started or
+        # ended, so that the view's last frame shows how the runs ended.
+        counts = (summary.active_runs, summary.running_tasks, summary.deferred_tasks,
+                  summary.succeeded_runs, summary.failed_runs)  # fmt: skip
+        if status_snapshots and (counts != last_counts or time.monotonic() - last_snapshot >= 1):
+            snapshot, last_snapshot = _status_snapshot(settings), time.monotonic()
+            last_counts = counts
         channel.send(ComponentStatus(
             role="scheduler", loops=summary.loops, idle=summary.idle,
             text=f"{summary.active_runs} active run(s), {summary.running_tasks} task(s) running, "
             f"{summary.deferred_tasks} deferred; runs {summary.succeeded_runs} succeeded, "
             f"{summary.failed_runs} failed",
             succeeded_runs=summary.succeeded_runs, failed_runs=summary.failed_runs,
+            snapshot=snapshot,
         ))  # fmt: skip
 
     lifecycle.defer_warm_stop()
-    Scheduler(settings_module.current(), on_loop=report).run()
+    Scheduler(settings, on_loop=report).run()
+
+
+def _status_snapshot(settings: Settings) -> StatusSnapshot | None:
+    """The status view's snapshot; None when the database does not answer (the loop
+    that reads it next says so, and rides the outage out)."""
+    from spawnflow.models.status import read_status
+
+    try:
+        with orm.engine().connect() as connection:
+            return read_status(connection, settings)
+    except (exc.SQLAlchemyError, orm.DatabaseUnavailable):
+        return None
