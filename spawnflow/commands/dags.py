@@ -275,22 +275,10 @@ def trigger_command(state: State, dag_id: str, conf: str | None) -> None:
 @pass_state
 def test_command(state: State, dag_id: str, conf: str | None) -> None:
     """Run DAG_ID once, now, through real task processes, with live progress and a summary.
-    Parses the Dag files first if the Dag is not known yet."""
-    from spawnflow.commands.runs import when
-    from spawnflow.comms.states import DagRunState
-    from spawnflow.services import testing
+    Parses the Dag files first if the Dag is not known yet. Each change of state is shown
+    with the time (UTC) and how long the try ran; a failed task's log ends the output.
+    Exits 1 unless the run succeeds."""
+    from spawnflow.commands.dag_test import run_and_report
 
-    settings = state.ready_to_work()
-
-    def progress(task_id: str, task_state: str, reason: str | None) -> None:
-        click.echo(f"  {task_id}: {task_state}" + (f" ({reason})" if reason else ""))
-
-    run, tis = testing.test_dag(settings, dag_id, _conf(conf), progress)
-    rows = [[ti.task_id, ti.state, str(ti.try_number), f"{ti.duration or 0:.2f}",
-             ti.reason or ""] for ti in tis]  # fmt: skip
-    click.echo(table(["task", "state", "tries", "seconds", "reason"], rows))
-    click.echo(
-        f"Run {run.run_id!r}: {run.state} ({when(run.start_date)} to {when(run.end_date)} UTC)"
-    )
-    if run.state != DagRunState.SUCCESS:
+    if not run_and_report(state.ready_to_work(), dag_id, _conf(conf)):
         raise click.exceptions.Exit(1)

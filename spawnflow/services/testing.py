@@ -48,16 +48,32 @@ def ensure_parsed(settings: Settings, dag_id: str) -> None:
         get_dag(dag_id)  # UnknownDag, with a suggestion, if it still is not there
 
 
+@dataclass(frozen=True)
+class TaskChange:
+    """A task instance of the tested run that changed state."""
+
+    task_id: str
+    state: str
+    reason: str | None
+    try_number: int
+    #: How long its try ran, once it ended.
+    seconds: float | None
+
+
 def test_dag(
     settings: Settings,
     dag_id: str,
     conf: dict[str, Any] | None,
-    on_change: Callable[[str, str, str | None], None],
+    on_change: Callable[[TaskChange], None],
+    on_start: Callable[[str], None],
 ) -> tuple[DagRun, list[TaskInstance]]:
-    """Run one Dag run to its end; ``on_change(task_id, state, reason)`` as states change."""
+    """Run one Dag run to its end; ``on_start(run_id)`` once it is created, then
+    ``on_change`` as its task instances change state."""
     ensure_parsed(settings, dag_id)
     with orm.session_scope() as session:
-        run_id = runs.trigger_run(session, dag_id, conf).id
+        created = runs.trigger_run(session, dag_id, conf)
+        run_id, name = created.id, created.run_id
+    on_start(name)
     seen: dict[str, str] = {}
     triggerer: list[launcher.Child] = []
 
@@ -66,7 +82,9 @@ def test_dag(
             for ti in session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id):
                 if seen.get(ti.task_id) != ti.state:
                     seen[ti.task_id] = ti.state
-                    on_change(ti.task_id, ti.state, ti.reason)
+                    ended = ti.state in (*TaskState.FINISHED, TaskState.UP_FOR_RETRY)
+                    seconds = ti.duration if ended else None
+                    on_change(TaskChange(ti.task_id, ti.state, ti.reason, ti.try_number, seconds))
         if not triggerer and TaskState.DEFERRED in seen.values():
             # A task deferred: a triggerer for this run's triggers, until the run ends.
             spec = launcher.ChildSpec("triggerer", TRIGGERER_TARGET, {"only_runs": [run_id]},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.commands.test_cli import assert_user_error, run
@@ -28,7 +30,10 @@ def test_dags_test_runs_a_dag_and_shows_a_summary(project):
     result = run("dags", "test", "example_etl", "--conf", '{"who": "me"}', env=project)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert "  load: success" in lines
+    # Each change as it happens, with the time (UTC) and how long the try ran.
+    assert any(re.fullmatch(r"\d\d:\d\d:\d\d  load: success after \d+\.\d\d s", line)
+               for line in lines), lines  # fmt: skip
+    assert re.fullmatch(r"\d\d:\d\d:\d\d  run 'manual__.*' of Dag 'example_etl' created", lines[0])
     assert lines[-1].startswith("Run 'manual__")
     assert ": success (" in lines[-1]
     summary = [line.split()[:3] for line in lines if line.startswith(("extract", "transform"))]
@@ -39,6 +44,14 @@ def test_a_failing_dag_test_exits_one(project):
     result = run("dags", "test", "bad_xcom", env=project)
     assert result.exit_code == 1
     assert "returns_an_object  failed" in result.stdout
+    # The end of the failed try's log, then the command that shows all of it.
+    tail = result.stdout[result.stdout.index("Task 'returns_an_object' failed; its log") :]
+    assert "task finished state=failed" in tail
+    command = tail.splitlines()[-1]
+    assert command.startswith("All of it: spawnflow tasks logs bad_xcom manual__")
+    log = run(*command.removeprefix("All of it: spawnflow ").split(), env=project)
+    assert log.exit_code == 0, log.output
+    assert "task finished state=failed" in log.stdout
 
 
 def test_trigger_runs_states_and_logs(project):
