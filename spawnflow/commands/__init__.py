@@ -15,11 +15,13 @@ import click
 from spawnflow import __version__
 from spawnflow.bootstrap import settings_table
 from spawnflow.bootstrap.errors import UserError
+from spawnflow.commands.groups import Group
 from spawnflow.commands.state import State
 
 
-class SpawnflowGroup(click.Group):
-    """A group that turns a UserError from any command into a one-line ClickException."""
+class SpawnflowGroup(Group):
+    """The top-level group: turns a UserError from any command into a one-line
+    ClickException (and, as every group, answers an unknown command with a hint)."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -89,9 +91,11 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 def _register() -> None:
     from spawnflow.commands import (
         assets,
+        completion,
         config,
         connections,
         dag_processor,
+        dag_runs,
         dags,
         db,
         doctor,
@@ -111,6 +115,10 @@ def _register() -> None:
     cli.add_command(doctor.doctor_command)
     cli.add_command(dag_processor.dag_processor_command)
     cli.add_command(dags.dags_group)
+    # A Dag's runs under Airflow's names (dags list-runs, state, next-execution).
+    for command in (dag_runs.list_runs_command, dag_runs.state_command,
+                    dag_runs.next_execution_command):  # fmt: skip
+        dags.dags_group.add_command(command)
     cli.add_command(scheduler.scheduler_command)
     cli.add_command(scheduler.standalone_command)
     cli.add_command(status.status_command)
@@ -122,6 +130,7 @@ def _register() -> None:
     cli.add_command(assets.assets_group)
     cli.add_command(triggerer.triggerer_command)
     cli.add_command(triggerer.triggers_group)
+    cli.add_command(completion.completion_command)
 
 
 _register()

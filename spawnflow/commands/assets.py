@@ -6,11 +6,12 @@ import json
 
 import click
 
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import pairs, table
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("assets", short_help="See assets and record their updates.")
+@click.group("assets", cls=Group, short_help="See assets and record their updates.")
 def assets_group() -> None:
     """Assets: data that Dags produce (a task's ``outlets``) and are scheduled on
     (``schedule=Asset(...)``)."""

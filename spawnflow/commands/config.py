@@ -9,10 +9,13 @@ from typing import Any
 import click
 
 from spawnflow.bootstrap import settings_table
+from spawnflow.commands.groups import Group
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("config", short_help="Show the effective settings and where they came from.")
+@click.group(
+    "config", cls=Group, short_help="Show the effective settings and where they came from."
+)
 def config_group() -> None:
     """Inspect the effective settings."""
 

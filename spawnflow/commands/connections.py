@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import click
 
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, pairs, table
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("connections", short_help="Manage Connections that tasks and backends read.")
+@click.group(
+    "connections", cls=Group, short_help="Manage Connections that tasks and backends read."
+)
 def connections_group() -> None:
     """Connections: how tasks and XCom backends reach external systems, read with
     ``Connection.get(conn_id)`` through the task's supervisor."""

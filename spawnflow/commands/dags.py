@@ -6,11 +6,13 @@ from pathlib import Path
 
 import click
 
+from spawnflow.commands.completion import dag_id_argument
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, pairs, table
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("dags", short_help="List, inspect, pause and check Dags.")
+@click.group("dags", cls=Group, short_help="List, inspect, pause and check Dags.")
 def dags_group() -> None:
     """Work with the Dags the Dag processor found."""
 
@@ -62,7 +64,7 @@ def _yes(flag: bool) -> str:
 
 
 @dags_group.command("show", short_help="Show one Dag and its tasks.")
-@click.argument("dag_id")
+@dag_id_argument()
 @pass_state
 def show_command(state: State, dag_id: str) -> None:
     """Show a Dag's settings and its tasks in the order they can run."""
@@ -150,7 +152,7 @@ def _set_paused(state: State, dag_id: str, paused: bool) -> None:
 
 
 @dags_group.command("pause", short_help="Stop a Dag from getting new runs.")
-@click.argument("dag_id")
+@dag_id_argument()
 @pass_state
 def pause_command(state: State, dag_id: str) -> None:
     """Pause a Dag: the scheduler creates no new runs for it."""
@@ -158,7 +160,7 @@ def pause_command(state: State, dag_id: str) -> None:
 
 
 @dags_group.command("unpause", short_help="Let a paused Dag get runs again.")
-@click.argument("dag_id")
+@dag_id_argument()
 @pass_state
 def unpause_command(state: State, dag_id: str) -> None:
     """Unpause a Dag."""
@@ -257,7 +259,7 @@ def _conf(text: str | None) -> dict:
 
 
 @dags_group.command("trigger", short_help="Create a manual run of a Dag.")
-@click.argument("dag_id")
+@dag_id_argument()
 @click.option("--conf", help="JSON object passed to the run (tasks see it in their context).")
 @pass_state
 def trigger_command(state: State, dag_id: str, conf: str | None) -> None:
@@ -270,7 +272,7 @@ def trigger_command(state: State, dag_id: str, conf: str | None) -> None:
 
 
 @dags_group.command("test", short_help="Run a Dag once in the foreground.")
-@click.argument("dag_id")
+@dag_id_argument()
 @click.option("--conf", help="JSON object passed to the run.")
 @pass_state
 def test_command(state: State, dag_id: str, conf: str | None) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
+from spawnflow.commands.groups import Group
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("db", short_help="Create, check or reset the metadata database.")
+@click.group("db", cls=Group, short_help="Create, check or reset the metadata database.")
 def db_group() -> None:
     """Manage the metadata database's schema (Alembic migrations)."""
 

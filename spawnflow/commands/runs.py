@@ -1,9 +1,11 @@
-"""``spawnflow runs list``."""
+"""``spawnflow runs list`` (Airflow's ``dags list-runs``: :mod:`.dag_runs`)."""
 
 from __future__ import annotations
 
 import click
 
+from spawnflow.commands.completion import dag_id_option
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
@@ -18,18 +20,23 @@ def when(moment) -> str:
     return f"{moment:%Y-%m-%d %H:%M:%S}"
 
 
-@click.group("runs", short_help="List Dag runs.")
+@click.group("runs", cls=Group, short_help="List Dag runs.")
 def runs_group() -> None:
     """Dag runs."""
 
 
 @runs_group.command("list", short_help="List recent Dag runs.")
-@click.option("--dag-id", help="Only this Dag's runs.")
+@dag_id_option("--dag-id", help="Only this Dag's runs.")
 @click.option("--limit", default=50, show_default=True, help="At most this many runs.")
 @output_option
 @pass_state
 def list_command(state: State, dag_id: str | None, limit: int, output: str) -> None:
     """List Dag runs, newest first (times in UTC)."""
+    show_runs(state, dag_id, limit, output)
+
+
+def show_runs(state: State, dag_id: str | None, limit: int, output: str) -> None:
+    """What ``runs list`` prints (and ``dags list-runs``, its Airflow name)."""
     from spawnflow.services import listings
 
     state.database()

@@ -1,4 +1,4 @@
-"""``spawnflow tasks test | states | logs | clear | mark-failed``."""
+"""``spawnflow tasks list | test | states | logs | clear | mark-failed``."""
 
 from __future__ import annotations
 
@@ -7,19 +7,21 @@ import time
 import click
 
 from spawnflow.bootstrap.errors import UserError
+from spawnflow.commands.completion import dag_id_argument, run_id_argument, task_id_argument
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.runs import when
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("tasks", short_help="Run, inspect and change task instances.")
+@click.group("tasks", cls=Group, short_help="Run, inspect and change task instances.")
 def tasks_group() -> None:
     """Task instances."""
 
 
 @tasks_group.command("test", short_help="Run one task now, writing no state.")
-@click.argument("dag_id")
-@click.argument("task_id")
+@dag_id_argument()
+@task_id_argument()
 @click.option("--xcom", "xcoms", multiple=True, metavar="TASK[.KEY]=JSON",
               help="An upstream XCom the task pulls (KEY defaults to return_value); "
                    "repeatable.")  # fmt: skip
@@ -77,8 +79,8 @@ def _upstream_xcom(text: str) -> tuple[tuple[str, str], str]:
 
 
 @tasks_group.command("states", short_help="Show the task instances of a run.")
-@click.argument("dag_id")
-@click.argument("run_id")
+@dag_id_argument()
+@run_id_argument()
 @output_option
 @pass_state
 def states_command(state: State, dag_id: str, run_id: str, output: str) -> None:
@@ -102,9 +104,9 @@ def states_command(state: State, dag_id: str, run_id: str, output: str) -> None:
 
 
 @tasks_group.command("logs", short_help="Print the log of a task's try.")
-@click.argument("dag_id")
-@click.argument("run_id")
-@click.argument("task_id")
+@dag_id_argument()
+@run_id_argument()
+@task_id_argument()
 @click.option("--attempt", type=click.IntRange(min=1), help="Which try (default: the latest).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the try ends.")
 @pass_state
@@ -135,9 +137,9 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
 
 
 @tasks_group.command("clear", short_help="Make task instances run again.")
-@click.argument("dag_id")
-@click.argument("run_id")
-@click.argument("task_ids", nargs=-1, required=True)
+@dag_id_argument()
+@run_id_argument()
+@task_id_argument("task_ids", nargs=-1, required=True)
 @pass_state
 def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, ...]) -> None:
     """Clear task instances: their state and XComs go, their retries start over, and the
@@ -156,9 +158,9 @@ def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, .
 
 
 @tasks_group.command("mark-failed", short_help="Fail a task instance now.")
-@click.argument("dag_id")
-@click.argument("run_id")
-@click.argument("task_id")
+@dag_id_argument()
+@run_id_argument()
+@task_id_argument()
 @pass_state
 def mark_failed_command(state: State, dag_id: str, run_id: str, task_id: str) -> None:
     """Mark a task instance failed. If it is running, its supervisor stops its process
@@ -168,3 +170,16 @@ def mark_failed_command(state: State, dag_id: str, run_id: str, task_id: str) ->
     state.database()
     previous = runs.mark_failed(dag_id, run_id, task_id)
     click.echo(f"Task {task_id!r} marked failed (it was {previous}).")
+
+
+@tasks_group.command("list", short_help="Print the task ids of a Dag.")
+@dag_id_argument()
+@pass_state
+def list_command(state: State, dag_id: str) -> None:
+    """Print the ids of the tasks of DAG_ID, one a line, in the order they can run (as
+    `dags show` lists them; Airflow's `tasks list`)."""
+    from spawnflow.services import dags
+
+    state.database()
+    for task in dags.get_dag(dag_id)[1].tasks:
+        click.echo(task.task_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import table
 from spawnflow.commands.state import State, pass_state, take_stop_requests
 
@@ -36,7 +37,9 @@ def triggerer_command(state: State, capacity: int | None, num_loops: int | None)
         raise click.exceptions.Exit(stopped_by)
 
 
-@click.group("triggers", short_help="See the triggers that tasks and asset watchers wait for.")
+@click.group(
+    "triggers", cls=Group, short_help="See the triggers that tasks and asset watchers wait for."
+)
 def triggers_group() -> None:
     """Triggers: what deferred tasks and asset watchers wait for, run by a triggerer."""
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("variables", short_help="Manage Variables that tasks can read.")
+@click.group("variables", cls=Group, short_help="Manage Variables that tasks can read.")
 def variables_group() -> None:
     """Variables: named values tasks read with ``Variable.get(key)``."""
 

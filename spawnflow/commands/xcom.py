@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import click
 
+from spawnflow.commands.completion import (
+    dag_id_argument,
+    run_id_argument,
+    task_id_argument,
+    task_id_option,
+)
+from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
-@click.group("xcom", short_help="Show the XComs of a Dag run.")
+@click.group("xcom", cls=Group, short_help="Show the XComs of a Dag run.")
 def xcom_group() -> None:
     """XComs: values tasks pushed, read through the configured XCom backend."""
 
@@ -19,9 +26,9 @@ def _shown(value: object, width: int = 60) -> str:
 
 
 @xcom_group.command("list", short_help="List a run's XComs and where each is stored.")
-@click.argument("dag_id")
-@click.argument("run_id")
-@click.option("--task-id", help="Only this task's XComs.")
+@dag_id_argument()
+@run_id_argument()
+@task_id_option("--task-id", help="Only this task's XComs.")
 @output_option
 @pass_state
 def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, output: str) -> None:
@@ -39,9 +46,9 @@ def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, ou
 
 
 @xcom_group.command("get", short_help="Print one XCom's value and where it is stored.")
-@click.argument("dag_id")
-@click.argument("run_id")
-@click.argument("task_id")
+@dag_id_argument()
+@run_id_argument()
+@task_id_argument()
 @click.argument("key", default="return_value")
 @pass_state
 def get_command(state: State, dag_id: str, run_id: str, task_id: str, key: str) -> None:

@@ -2,10 +2,11 @@
 
 Importing ``sqlalchemy.orm`` and declaring the models costs a command more CPU than
 everything else it does; ``dags list``, ``runs list`` and ``tasks states`` only read
-rows, so they select from these lightweight ``table()`` clauses instead. Each view
-names the columns those commands read, typed as the model types them (the types turn
-SQLite's text and integers into datetimes and booleans); a test holds every view to
-its model, so the two cannot drift apart.
+rows, so they select from these lightweight ``table()`` clauses instead, and so do
+shell completion and the error for an unknown Dag id. Each view names the columns
+those readers need, typed as the model types them (the types turn SQLite's text and
+integers into datetimes and booleans); a test holds every view to its model, so the
+two cannot drift apart.
 """
 
 from __future__ import annotations
@@ -62,3 +63,5 @@ dag_file = table(
     column("fileloc", String),
     column("last_parsed", _TIME),
 )
+
+serialized_dag = table("serialized_dag", column("dag_id", String), column("data", Text))

@@ -17,14 +17,21 @@ from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
 from spawnflow.models.triggers import end_deferral
 from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
-from spawnflow.services.records import NotFound, get_run, no_run, resolve_run_id
+from spawnflow.services.records import (
+    NotFound,
+    get_run,
+    no_run,
+    resolve_run_id,
+    unknown_dag,
+    unknown_task,
+)
 
 
 def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
     """Create a manual run of ``dag_id``; the scheduler picks it up."""
     with orm.session_scope() as session:
         if session.get(DagModel, dag_id) is None:
-            raise NotFound(f"there is no Dag {dag_id!r}; see `spawnflow dags list`")
+            raise unknown_dag(session, dag_id)
         return runs.trigger_run(session, dag_id, conf)
 
 
@@ -40,7 +47,7 @@ def _task_instance(
     ti = session.scalar(query.with_for_update() if lock else query)
     if ti is None:
         get_run(dag_id, run_id)  # a missing run is named as such
-        raise NotFound(f"run {run_id!r} of Dag {dag_id!r} has no task {task_id!r}")
+        raise unknown_task(session, dag_id, run_id, task_id)
     return ti
 
 

@@ -32,7 +32,8 @@ from spawnflow.processors.worker.recording import TryRecorder
 from spawnflow.processors.worker.supervisor import TaskSupervisor
 from spawnflow.sdk import xcom
 from spawnflow.sdk.serialize import SerializedDag
-from spawnflow.services.dags import UnknownDag, get_dag
+from spawnflow.services.dags import get_dag
+from spawnflow.services.records import UnknownDag, did_you_mean
 
 TRIGGERER_TARGET = "spawnflow.processors.triggerer.job:run"
 
@@ -218,9 +219,9 @@ def test_task(settings: Settings, dag_id: str, task_id: str, show: Callable[[str
     ensure_parsed(settings, dag_id)
     _, document = get_dag(dag_id)
     if task_id not in document.task_ids:
-        raise UserError(
-            f"Dag {dag_id!r} has no task {task_id!r}; it has {', '.join(document.task_ids)}"
-        )
+        hint = did_you_mean(task_id, document.task_ids)
+        raise UserError(f"Dag {dag_id!r} has no task {task_id!r}"
+                        + (hint or f"; it has {', '.join(document.task_ids)}"))  # fmt: skip
     return run_task_once(settings, document, task_id, show, upstream=upstream, strict=strict)
 
 

@@ -18,7 +18,7 @@ from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, XComRef
 from spawnflow.models.run import DagRun, TaskInstance, XCom
 from spawnflow.sdk import xcom
-from spawnflow.services.records import NotFound, get_run
+from spawnflow.services.records import NotFound, get_run, unknown_task
 from spawnflow.xcoms.dispatch import PURGE_TRIES
 
 
@@ -50,6 +50,12 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
         query = query.where(XCom.key == key)
     with orm.session_scope(write=False) as session:
         rows = session.execute(query).all()
+        if not rows and task_id is not None:
+            ran = select(TaskInstance.id).where(
+                TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id
+            )
+            if session.scalar(ran) is None:  # a typo, rather than a task that pushed nothing
+                raise unknown_task(session, dag_id, run.run_id, task_id)
     entries, helper = [], None
     try:
         for row in rows:

@@ -9,7 +9,7 @@ from spawnflow.models import Base, views
 
 
 @pytest.mark.parametrize("view", [views.dag, views.dag_run, views.task_instance, views.job,
-                                  views.import_error, views.dag_file],
+                                  views.import_error, views.dag_file, views.serialized_dag],
                          ids=lambda view: view.name)  # fmt: skip
 def test_each_view_column_is_its_model_s_column_with_the_same_type(view):
     model = Base.metadata.tables[view.name]

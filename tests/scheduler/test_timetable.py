@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from spawnflow.processors.scheduler.timetable import Interval, next_interval
+from spawnflow.processors.scheduler.timetable import Interval, next_interval, upcoming
 from spawnflow.sdk.schedule import parse
 
 UTC = dt.UTC
@@ -59,3 +59,33 @@ def test_cron_follows_the_start_dates_zone_through_daylight_saving():
     summer = next_interval(parse("0 6 * * *"), start, None, False, None, at(2026, 7, 15, 12), paris)
     assert winter.start == at(2026, 1, 14, 5)  # 06:00 CET
     assert summer.start == at(2026, 7, 14, 4)  # 06:00 CEST
+
+
+@pytest.mark.parametrize(
+    ("schedule", "catchup", "last", "starts"),
+    [
+        # Without catchup the newest ended interval comes first: due now, made at once.
+        ("@daily", False, None, [at(2026, 11, 29), at(2026, 11, 30), at(2026, 12, 1)]),
+        ("@daily", False, at(2026, 11, 29), [at(2026, 11, 30), at(2026, 12, 1), at(2026, 12, 2)]),
+        ("@daily", True, at(2026, 1, 1), [at(2026, 1, 2), at(2026, 1, 3), at(2026, 1, 4)]),
+        (dt.timedelta(hours=6), True, START, [at(2026, 1, 1, 6), at(2026, 1, 1, 12),
+                                              at(2026, 1, 1, 18)]),
+        ("@once", False, None, [START]),
+        ("@once", False, START, []),
+        (None, False, None, []),
+    ],
+)  # fmt: skip
+def test_upcoming_intervals_are_what_next_interval_gives_as_each_falls_due(
+    schedule, catchup, last, starts
+):
+    found = upcoming(parse(schedule), START, None, catchup, last, NOW, count=3)
+    assert [interval.start for interval in found] == starts
+    # Each one is what the scheduler creates once it is due, after the one before it.
+    for interval in found:
+        assert next_interval(parse(schedule), START, None, catchup, last, interval.end) == interval
+        last = interval.start
+
+
+def test_upcoming_intervals_stop_at_the_end_date():
+    found = upcoming(parse("@daily"), START, at(2026, 1, 3), True, at(2026, 1, 1), NOW, count=5)
+    assert [interval.start for interval in found] == [at(2026, 1, 2), at(2026, 1, 3)]

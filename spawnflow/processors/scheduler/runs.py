@@ -121,14 +121,9 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
         assert active is not None  # COUNT(*) always returns a row
         if active >= doc.max_active_runs:
             continue
-        last = session.scalar(
-            select(func.max(DagRun.logical_date)).where(
-                DagRun.dag_id == model.dag_id, DagRun.run_type == RunType.SCHEDULED
-            )
-        )
         interval = next_interval(
-            doc.schedule, doc.start_date, doc.end_date, doc.catchup, aware(last), now,
-            zone_from_name(doc.timezone),
+            doc.schedule, doc.start_date, doc.end_date, doc.catchup,
+            last_scheduled(session, model.dag_id), now, zone_from_name(doc.timezone),
         )  # fmt: skip
         if interval is None:
             continue
@@ -139,6 +134,16 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
         ))  # fmt: skip
         created += 1
     return created
+
+
+def last_scheduled(session: Session, dag_id: str) -> dt.datetime | None:
+    """The logical date of the Dag's newest scheduled run (the schedule goes on from it)."""
+    last = session.scalar(
+        select(func.max(DagRun.logical_date)).where(
+            DagRun.dag_id == dag_id, DagRun.run_type == RunType.SCHEDULED
+        )
+    )
+    return aware(last)
 
 
 def trigger_run(

@@ -48,6 +48,51 @@ def next_interval(
         if last_logical_date is None and start_date <= now:
             return Interval(start_date, start_date)
         return None
+    candidate = _next_candidate(schedule, start_date, catchup, last_logical_date, now)
+    if candidate.end > now:
+        return None
+    if end_date is not None and candidate.start > end_date:
+        return None
+    return _in_utc(candidate)
+
+
+def upcoming(
+    schedule: Schedule,
+    start_date: dt.datetime | None,
+    end_date: dt.datetime | None,
+    catchup: bool,
+    last_logical_date: dt.datetime | None,
+    now: dt.datetime,
+    zone: dt.tzinfo = UTC,
+    count: int = 1,
+) -> list[Interval]:
+    """The next ``count`` intervals (or fewer, where the schedule ends) that
+    :func:`next_interval` will give, each once it is due, to a scheduler that runs on
+    time; the first may be due already. None for a manual or asset schedule."""
+    if schedule.kind in ("manual", "assets") or start_date is None:
+        return []
+    start_date = start_date.astimezone(zone)
+    if last_logical_date is not None:
+        last_logical_date = last_logical_date.astimezone(zone)
+    if schedule.kind == "once":
+        return [] if last_logical_date is not None else [_in_utc(Interval(start_date, start_date))]
+    found: list[Interval] = []
+    candidate = _next_candidate(schedule, start_date, catchup, last_logical_date, now)
+    while len(found) < count and (end_date is None or candidate.start <= end_date):
+        found.append(_in_utc(candidate))
+        candidate = _after(schedule, candidate.start, start_date)
+    return found
+
+
+def _next_candidate(
+    schedule: Schedule,
+    start_date: dt.datetime,
+    catchup: bool,
+    last_logical_date: dt.datetime | None,
+    now: dt.datetime,
+) -> Interval:
+    """The interval after the last scheduled run's, due or not: without catchup, no
+    older than the newest one that has ended by ``now``."""
     if last_logical_date is None or not catchup:
         candidate = _first_interval(schedule, start_date)
         if not catchup:
@@ -56,13 +101,12 @@ def next_interval(
                 candidate = latest
         if last_logical_date is not None and candidate.start <= last_logical_date:
             candidate = _after(schedule, last_logical_date, start_date)
-    else:
-        candidate = _after(schedule, last_logical_date, start_date)
-    if candidate.end > now:
-        return None
-    if end_date is not None and candidate.start > end_date:
-        return None
-    return Interval(candidate.start.astimezone(UTC), candidate.end.astimezone(UTC))
+        return candidate
+    return _after(schedule, last_logical_date, start_date)
+
+
+def _in_utc(interval: Interval) -> Interval:
+    return Interval(interval.start.astimezone(UTC), interval.end.astimezone(UTC))
 
 
 def _first_interval(schedule: Schedule, start_date: dt.datetime) -> Interval:
