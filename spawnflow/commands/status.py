@@ -8,11 +8,12 @@ import time
 
 import click
 
+from spawnflow.commands.completion import dag_id_option
 from spawnflow.commands.state import State, pass_state
 
 
 @click.command("status", short_help="A live view of Dags, runs, running tasks and components.")
-@click.option("--dag-id", help="Only this Dag (its grid and its tasks in flight).")
+@dag_id_option("--dag-id", help="Only this Dag (its grid and its tasks in flight).")
 @click.option("--runs", "run_count", default=10, show_default=True, type=click.IntRange(1, 100),
               help="Newest runs per Dag in the grid.")  # fmt: skip
 @click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.2),
