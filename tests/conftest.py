@@ -32,6 +32,9 @@ from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.bootstrap.settings import Override, Settings
 
+#: pytester: the pytest plugin's tests run a user's test files in a pytest of their own.
+pytest_plugins = ("pytester",)
+
 #: Where a run's start methods come from, first found wins: the test run's own list
 #: (comma-separated), then the product's setting, as tox sets it per environment.
 METHOD_VARIABLES = ("SPAWNFLOW_TEST_START_METHODS", "SPAWNFLOW__CORE__MP_START_METHOD")
@@ -64,6 +67,10 @@ def simulated_os() -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Tests that use the pytest plugin (spawnflow_env) run under the same start methods
+    # as the rest of the suite, unless the command line says otherwise.
+    if config.getoption("spawnflow_start_methods", default="") is None:
+        config.option.spawnflow_start_methods = ",".join(methods_under_test())
     simulated = simulated_os()
     if simulated:
         simulation = sys.modules.get("simulated_os")

@@ -295,6 +295,13 @@ def install(settings: Settings) -> None:
     _installed = settings
 
 
+def restore(previous: Settings | None) -> None:
+    """Put back what :func:`installed` returned earlier, None included (a test harness
+    that installed settings of its own for a while)."""
+    global _installed
+    _installed = previous
+
+
 def current() -> Settings:
     """This process's snapshot. Nothing resolves settings implicitly (law 4)."""
     if _installed is None:

@@ -502,6 +502,16 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "executor",
+        "task_mp_start_method",
+        _choice("inherit", "same"),
+        "inherit",
+        "The default start method of multiprocessing inside a task: inherit (Python's for "
+        "this OS: fork on Linux before Python 3.14) or same (the task process's own, so "
+        "that a task that works only under fork fails on Linux as it would on macOS and "
+        "Windows; the pytest plugin sets it).",
+    ),
+    Option(
+        "executor",
         "worker_idle_timeout",
         _seconds(0),
         60.0,

@@ -8,6 +8,7 @@ supervisor that writes nothing: its XComs are kept in memory and shown.
 
 from __future__ import annotations
 
+import datetime as dt
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,12 +68,14 @@ def test_dag(
     conf: dict[str, Any] | None,
     on_change: Callable[[TaskChange], None],
     on_start: Callable[[str], None],
+    *,
+    logical_date: dt.datetime | None = None,  # noqa: PT028 (no test: it runs a Dag)
 ) -> tuple[DagRun, list[TaskInstance]]:
     """Run one Dag run to its end; ``on_start(run_id)`` once it is created, then
     ``on_change`` as its task instances change state."""
     ensure_parsed(settings, dag_id)
     with orm.session_scope() as session:
-        created = runs.trigger_run(session, dag_id, conf)
+        created = runs.trigger_run(session, dag_id, conf, logical_date=logical_date)
         run_id, name = created.id, created.run_id
     on_start(name)
     seen: dict[str, str] = {}

@@ -109,8 +109,6 @@ def activate(name: str) -> None:
         return
     active = name
     hooks = _AfterImport()
-    platform_name = {"windows": "windows", "macos": "darwin"}[name]
-    hooks.add("spawnflow.bootstrap.platform", lambda m: m.use(m.by_name(platform_name)))
     if name == "windows":
         _remove(_WINDOWS_MISSING)
         os.kill = _terminate_like_windows
@@ -128,6 +126,13 @@ def activate(name: str) -> None:
         hooks.add("socket", _short_unix_paths)
     _hide_proc_self()
     sys.meta_path.insert(0, hooks)
+    # spawnflow's platform is set now, not when it is first imported: pytest's assertion
+    # rewriter (which marks spawnflow for rewriting, as the distribution of a pytest11
+    # plugin) sits ahead of every finder and loads spawnflow's modules itself, so a hook
+    # on their import would never see them. Last: what it imports sees the OS simulated.
+    from spawnflow.bootstrap import platform as platforms
+
+    platforms.use(platforms.by_name({"windows": "windows", "macos": "darwin"}[name]))
 
 
 def console_interrupt(pgid: int, signum: int = signal.SIGINT) -> None:

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from spawnflow.bootstrap import platform as platforms
+from spawnflow.bootstrap import startmethods
 from spawnflow.bootstrap.paths import folder_name
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.states import RunType, TaskState
@@ -120,8 +121,17 @@ def _queue_one(
         execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
         log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
         outlets=list(task.outlets), partition_key=run.partition_key,
+        multiprocessing_start_method=_task_multiprocessing(settings),
         triggering_asset_events=(
             triggering_events(session, run.id) if run.run_type == RunType.ASSET_TRIGGERED else {}
         ),
         next_method=ti.next_method, next_kwargs=ti.next_kwargs,
     )  # fmt: skip
+
+
+def _task_multiprocessing(settings: Settings) -> str | None:
+    """The task's own ``multiprocessing`` default: None keeps Python's; ``same`` makes
+    it the task process's start method (``[executor] task_mp_start_method``)."""
+    if settings.executor.task_mp_start_method == "same":
+        return startmethods.for_role(settings, "task")[0]
+    return None
