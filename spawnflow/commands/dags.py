@@ -78,27 +78,19 @@ def _yes(flag: bool) -> str:
 @pass_state
 def show_command(state: State, dag_id: str, output: str) -> None:
     """Show a Dag's settings and its tasks in the order they can run."""
+    import datetime as dt
+
+    import msgspec
+
     from spawnflow.services import dags
 
     state.database()
     model, document = dags.get_dag(dag_id)
-    record = {
-        "dag_id": document.dag_id, "description": document.description,
-        "fileloc": document.fileloc, "schedule": document.schedule.describe(),
-        "timezone": document.timezone, "start_date": document.start_date,
-        "end_date": document.end_date, "catchup": document.catchup,
-        "is_paused": bool(model.is_paused), "is_active": bool(model.is_active),
-        "max_active_runs": document.max_active_runs,
-        "max_active_tasks": document.max_active_tasks, "tags": document.tags,
-        "params": document.params,
-        "tasks": [
-            {"task_id": t.task_id, "kind": t.kind, "trigger_rule": t.trigger_rule,
-             "retries": t.retries, "retry_delay": t.retry_delay,
-             "execution_timeout": t.execution_timeout, "upstream": t.upstream,
-             "downstream": t.downstream, "outlets": t.outlets}
-            for t in document.tasks
-        ],
-    }  # fmt: skip
+    # Every field of the stored Dag, typed; the schedule in words, as `dags list` has it.
+    stored = msgspec.to_builtins(document, builtin_types=(dt.datetime,))
+    record = {"dag_id": dag_id, "is_paused": bool(model.is_paused),
+              "is_active": bool(model.is_active), **stored,
+              "schedule": document.schedule.describe()}  # fmt: skip
 
     def as_text() -> str:
         settings = pairs([
