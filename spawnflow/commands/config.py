@@ -9,7 +9,9 @@ from typing import Any
 import click
 
 from spawnflow.bootstrap import settings_table
+from spawnflow.bootstrap.settings import Entry, Settings
 from spawnflow.commands.groups import Group
+from spawnflow.commands.output import dumps
 from spawnflow.commands.state import State, pass_state
 
 
@@ -20,48 +22,72 @@ def config_group() -> None:
     """Inspect the effective settings."""
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
+def _shown(value: Any) -> Any:
+    """A setting's value as ``config show`` prints it: a path as text, and the secrets of
+    an options object (``key``, ``secret``, ``token``, ...) as ``***``."""
     if isinstance(value, Path):
-        value = str(value)
-    if isinstance(value, dict):  # an inline table; secrets are not printed
-        items = ", ".join(
-            f"{_toml_key(key)} = "
-            + (_toml_value("***") if settings_table.is_secret_key(key) else _toml_value(item))
-            for key, item in value.items()
-        )
-        return "{ " + items + " }" if items else "{}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return str(value)
+    if isinstance(value, dict):
+        return {k: "***" if settings_table.is_secret_key(k) else v for k, v in value.items()}
+    return value
 
 
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
+def _entries(settings: Settings) -> dict[str, list[Entry]]:
+    """Every setting by section, in the order of the settings table."""
+    return {
+        section: [settings.entry(o.section, o.key) for o in settings_table.OPTIONS
+                  if o.section == section]
+        for section in settings_table.SECTIONS
+    }  # fmt: skip
+
+
+def _as_toml(settings: Settings, sources: bool) -> str:
+    """The settings as a config file would hold them; an unset one (TOML has no null) and
+    each value's source (``sources``) as comments, which is why tomlkit writes it."""
+    import tomlkit
+
+    document = tomlkit.document()
+    for section, entries in _entries(settings).items():
+        table = tomlkit.table()
+        for entry in entries:
+            whence = f"from {entry.source}"
+            if entry.value is None:
+                unset = f"{entry.key} is unset" + (f" # {whence}" if sources else "")
+                table.add(tomlkit.comment(unset))
+                continue
+            value = _shown(entry.value)
+            item = tomlkit.inline_table() if isinstance(value, dict) else tomlkit.item(value)
+            if isinstance(value, dict):
+                item.update(value)  # inline: a sub-table would leave its section
+            if sources:
+                item.comment(whence)
+            table.add(entry.key, item)
+        document.add(section, table)
+    return tomlkit.dumps(document).rstrip()
 
 
 @config_group.command("show", short_help="Print every setting in config-file form.")
 @click.option("--sources", is_flag=True, help="Say where each value came from.")
+@click.option("--output", "-o", type=click.Choice(["toml", "json", "yaml"]), default="toml",
+              show_default=True, help="toml is the config file's form; json or yaml for "
+              "scripts: {section: {key: value}}, typed, null when unset.")  # fmt: skip
 @pass_state
-def show_command(state: State, sources: bool) -> None:
-    """Print every setting as TOML, the format of the config file."""
+def show_command(state: State, sources: bool, output: str) -> None:
+    """Print every setting as TOML, the format of the config file (or as JSON or YAML:
+    with --sources, each value is {value, source, layer})."""
     settings = state.settings()
-    lines: list[str] = []
-    for section in settings_table.SECTIONS:
-        lines += ([""] if lines else []) + [f"[{section}]"]
-        for option in (o for o in settings_table.OPTIONS if o.section == section):
-            entry = settings.entry(option.section, option.key)
-            if entry.value is None:
-                line = f"# {option.key} is unset"
-            else:
-                line = f"{option.key} = {_toml_value(entry.value)}"
-            if sources:
-                line += f"  # from {entry.source}"
-            lines.append(line)
-    click.echo("\n".join(lines))
+    if output == "toml":
+        click.echo(_as_toml(settings, sources))
+        return
+    found = {
+        section: {
+            e.key: {"value": _shown(e.value), "source": str(e.source), "layer": e.source.layer}
+            if sources else _shown(e.value)
+            for e in entries
+        }
+        for section, entries in _entries(settings).items()
+    }  # fmt: skip
+    click.echo(dumps(output, found))
 
 
 @config_group.command("get", short_help="Print one setting's value.")

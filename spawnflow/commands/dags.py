@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from spawnflow.commands.completion import dag_id_argument
 from spawnflow.commands.groups import Group
-from spawnflow.commands.output import emit, output_option, pairs, table
+from spawnflow.commands.output import (
+    children_print_to_stderr,
+    emit,
+    emit_one,
+    output_option,
+    pairs,
+    table,
+)
 from spawnflow.commands.state import State, pass_state
+
+if TYPE_CHECKING:
+    from spawnflow.services.dag_check import MethodParse, Report
 
 
 @click.group("dags", cls=Group, short_help="List, inspect, pause and check Dags.")
@@ -65,31 +76,46 @@ def _yes(flag: bool) -> str:
 
 @dags_group.command("show", short_help="Show one Dag and its tasks.")
 @dag_id_argument()
+@output_option
 @pass_state
-def show_command(state: State, dag_id: str) -> None:
+def show_command(state: State, dag_id: str, output: str) -> None:
     """Show a Dag's settings and its tasks in the order they can run."""
+    import datetime as dt
+
+    import msgspec
+
     from spawnflow.services import dags
 
     state.database()
     model, document = dags.get_dag(dag_id)
-    click.echo(pairs([
-        ("Dag", document.dag_id),
-        ("Description", document.description or ""),
-        ("File", document.fileloc),
-        ("Schedule", document.schedule.describe()),
-        ("Start date", document.start_date.isoformat() if document.start_date else ""),
-        ("Catchup", "yes" if document.catchup else "no"),
-        ("Paused", "yes" if model.is_paused else "no"),
-        ("Active", "yes" if model.is_active else "no"),
-        ("Max active runs", str(document.max_active_runs)),
-        ("Tags", ", ".join(document.tags)),
-    ]))  # fmt: skip
-    click.echo()
-    rows = [
-        [t.task_id, t.kind, t.trigger_rule, str(t.retries), ", ".join(t.upstream) or "-"]
-        for t in document.tasks
-    ]
-    click.echo(table(["task", "kind", "trigger rule", "retries", "upstream"], rows))
+    # Every field of the stored Dag, typed; the schedule in words, as `dags list` has it.
+    stored = msgspec.to_builtins(document, builtin_types=(dt.datetime,))
+    record = {"dag_id": dag_id, "is_paused": bool(model.is_paused),
+              "is_active": bool(model.is_active), **stored,
+              "schedule": document.schedule.describe()}  # fmt: skip
+
+    def as_text() -> str:
+        settings = pairs([
+            ("Dag", document.dag_id),
+            ("Description", document.description or ""),
+            ("File", document.fileloc),
+            ("Schedule", document.schedule.describe()),
+            ("Start date", document.start_date.isoformat() if document.start_date else ""),
+            ("Catchup", _yes(document.catchup)),
+            ("Paused", _yes(model.is_paused)),
+            ("Active", _yes(model.is_active)),
+            ("Max active runs", str(document.max_active_runs)),
+            ("Tags", ", ".join(document.tags)),
+        ])  # fmt: skip
+        rows = [
+            [t.task_id, t.kind, t.trigger_rule, str(t.retries), ", ".join(t.upstream) or "-"]
+            for t in document.tasks
+        ]
+        return (
+            settings + "\n\n" + table(["task", "kind", "trigger rule", "retries", "upstream"], rows)
+        )
+
+    emit_one(output, record, as_text)
 
 
 @dags_group.command("list-import-errors", short_help="Show the files that failed to load.")
@@ -174,18 +200,25 @@ def unpause_command(state: State, dag_id: str) -> None:
 @click.option("--parse-only", is_flag=True, help="Compare the parsed Dags; run no task.")
 @click.option("--task-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="Seconds each task may run under each method.")  # fmt: skip
+@output_option
 @pass_state
 def check_command(
-    state: State, file: Path, methods: tuple[str, ...], parse_only: bool, task_timeout: float
+    state: State,
+    file: Path,
+    methods: tuple[str, ...],
+    parse_only: bool,
+    task_timeout: float,
+    output: str,
 ) -> None:
     """Parse FILE in a child process under each start method this machine has, then run
     each of its tasks once under each method (as `tasks test` does, upstream XComs from
     the tasks before it, the task's own multiprocessing default set to the method), and
     show where they differ. A Dag or a task that works only under fork (module state,
     unpicklable objects, import side effects) is what breaks on macOS, on Windows or on
-    Python 3.14."""
+    Python 3.14. Exits 1 on a difference or a failure (with --output json or yaml, after
+    the report: each method's parse, each task's outcome per method, the differences
+    with their likely cause, the verdict)."""
     from spawnflow.bootstrap import startmethods
-    from spawnflow.comms.states import TaskState
     from spawnflow.services import dag_check
 
     settings = state.settings()
@@ -194,7 +227,27 @@ def check_command(
     chosen = list(dict.fromkeys(methods)) or list(startmethods.available())
     timeout = settings.dag_processor.file_parsing_timeout
     folder = str(settings.core.dags_folder)
-    results = dag_check.check_file(str(file.resolve()), chosen, timeout, folder)
+    people = output == "table"
+    with children_print_to_stderr(output):
+        results = dag_check.check_file(str(file.resolve()), chosen, timeout, folder)
+        if people:  # the parses first: the tasks may take a while
+            _print_parses(results)
+        ran: list[dag_check.TaskRun] = []
+        if not parse_only and all(r.ok for r in results) and any(r.dags for r in results):
+            for result in results:
+                ran += dag_check.check_tasks(settings, result.method, result.documents,
+                                             task_timeout)  # fmt: skip
+    report = dag_check.Report(str(file), results, ran, parse_only)
+    if people:
+        _print_verdict(report)
+    else:
+        emit_one(output, report.as_record(), str)
+    if not report.passed:
+        raise click.exceptions.Exit(1)
+
+
+def _print_parses(results: list[MethodParse]) -> None:
+    """A row per method: does the file load, and what it defines; then the errors."""
     rows = [
         [r.method, "ok" if r.ok else "FAIL", str(len(r.dags)), str(r.tasks), f"{r.seconds:.2f}"]
         for r in results
@@ -203,35 +256,22 @@ def check_command(
     for result in results:
         if result.error:
             click.echo(f"\n{result.method}:\n  " + result.error.replace("\n", "\n  "), err=True)
-    found = dag_check.differences(results)
-    if not any(r.dags for r in results):
-        click.echo(f"{file} defines no Dag under any start method.", err=True)
-        raise click.exceptions.Exit(1)
-    ran: list[dag_check.TaskRun] = []
-    if not parse_only and all(r.ok for r in results):
-        for result in results:
-            ran += dag_check.check_tasks(settings, result.method, result.documents,
-                                         task_timeout)  # fmt: skip
+
+
+def _print_verdict(report: Report) -> None:
+    """The tasks' states per method, the differences and failures (on stderr), the verdict."""
+    if report.runs:
         click.echo()
-        click.echo(_task_table(ran, [r.method for r in results]))
-        found += dag_check.task_differences(ran, TaskState.SUCCESS)
-    for sentence in found:
-        click.echo(f"Difference: {sentence}.", err=True)
-    # A task that fails under every method is no difference, but no pass either.
-    succeeded = {(r.dag_id, r.task_id) for r in ran if r.state == TaskState.SUCCESS}
-    failing = {(r.dag_id, r.task_id): r.reason or r.state for r in ran
-               if (r.dag_id, r.task_id) not in succeeded}  # fmt: skip
-    for (dag_id, task_id), reason in failing.items():
+        click.echo(_task_table(report.runs, report.methods))
+    for difference in report.differences:
+        click.echo(f"Difference: {difference}.", err=True)
+    for (dag_id, task_id), reason in report.failing_everywhere.items():
         click.echo(f"Task {task_id!r} of Dag {dag_id!r} fails under every start method: "
                    f"{reason}.", err=True)  # fmt: skip
-    if found or failing or not all(r.ok for r in results):
-        raise click.exceptions.Exit(1)
-    what = "parsed" if parse_only else f"parsed, and {len(ran) // len(results)} task(s) ran"
-    if len(results) == 1:
-        click.echo(f"Checked under {results[0].method} only ({what}): no other start method "
-                   "to compare with.")  # fmt: skip
-    else:
-        click.echo(f"Same result under every start method ({what}).")
+    if report.passed:
+        click.echo(report.summary())
+    elif not any(r.dags for r in report.parses):
+        click.echo(report.summary(), err=True)
 
 
 def _task_table(ran, methods: list[str]) -> str:

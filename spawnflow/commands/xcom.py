@@ -11,7 +11,7 @@ from spawnflow.commands.completion import (
     task_id_option,
 )
 from spawnflow.commands.groups import Group
-from spawnflow.commands.output import emit, output_option, table
+from spawnflow.commands.output import emit, emit_one, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -50,15 +50,25 @@ def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, ou
 @run_id_argument()
 @task_id_argument()
 @click.argument("key", default="return_value")
+@output_option
 @pass_state
-def get_command(state: State, dag_id: str, run_id: str, task_id: str, key: str) -> None:
-    """Print the value TASK_ID pushed under KEY (default: return_value) in run RUN_ID."""
+def get_command(state: State, dag_id: str, run_id: str, task_id: str, key: str,
+                output: str) -> None:  # fmt: skip
+    """Print the value TASK_ID pushed under KEY (default: return_value) in run RUN_ID.
+    A value that cannot be read exits 1 (with --output json or yaml, after the XCom's
+    record, whose error says why)."""
     from spawnflow.bootstrap.errors import UserError
     from spawnflow.services import xcoms
 
     settings = state.database()
     entry = xcoms.get_xcom(settings, dag_id, run_id, task_id, key)
-    click.echo(f"stored in: {entry.stored_in}")
+    record = {"task_id": entry.task_id, "key": entry.key, "stored_in": entry.stored_in,
+              "value": entry.value, "error": entry.error}  # fmt: skip
+
+    def as_text() -> str:
+        value = "" if entry.error else f"\nvalue: {entry.value!r}"
+        return f"stored in: {entry.stored_in}{value}"
+
+    emit_one(output, record, as_text)
     if entry.error:
         raise UserError(f"XCom {key!r} of task {task_id!r} cannot be read: {entry.error}")
-    click.echo(f"value: {entry.value!r}")

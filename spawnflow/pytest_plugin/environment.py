@@ -147,22 +147,20 @@ class SpawnflowEnv:
         timeout = self.settings.dag_processor.file_parsing_timeout
         parsed = dag_check.check_file(str(Path(path).resolve()), methods, timeout,
                                       str(self.dags_folder))  # fmt: skip
-        problems = [f"{r.method}: the file does not load: {r.error}" for r in parsed if not r.ok]
-        problems += dag_check.differences(parsed)
+        ran: list[dag_check.TaskRun] = []
         if not parse_only and all(r.ok for r in parsed):
-            ran = []
             for result in parsed:
                 ran += dag_check.check_tasks(self.settings, result.method, result.documents,
                                              task_timeout)  # fmt: skip
-            problems += dag_check.task_differences(ran, "success")
-            passed = {(r.dag_id, r.task_id) for r in ran if r.state == "success"}
-            problems += sorted({
-                f"task {r.task_id!r} of Dag {r.dag_id!r} fails under every start method: "
-                f"{r.reason or r.state}"
-                for r in ran if (r.dag_id, r.task_id) not in passed
-            })  # fmt: skip
-        if problems:
-            raise DagCheckFailed(f"{path} is not start-method safe:\n- " + "\n- ".join(problems))
+        report = dag_check.Report(str(path), parsed, ran, parse_only)
+        if report.passed:
+            return
+        problems = [f"{r.method}: the file does not load: {r.error}" for r in parsed if not r.ok]
+        problems += [str(difference) for difference in report.differences]
+        problems += [f"task {task_id!r} of Dag {dag_id!r} fails under every start method: {why}"
+                     for (dag_id, task_id), why in report.failing_everywhere.items()]  # fmt: skip
+        raise DagCheckFailed(f"{path} is not start-method safe ({report.summary()}):\n- "
+                             + "\n- ".join(problems))  # fmt: skip
 
     def _xcoms(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
         from spawnflow.services import xcoms

@@ -11,12 +11,15 @@ inherit) fails under spawn here rather than on a user's Mac.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from spawnflow.bootstrap.settings import Settings
+from spawnflow.comms.states import TaskState
 from spawnflow.sdk import serialize
 from spawnflow.sdk.serialize import SerializedDag
 
@@ -43,6 +46,17 @@ class TaskRun:
     method: str
     state: str
     reason: str | None
+
+
+@dataclass
+class Difference:
+    """Where the start methods disagree, and what most often makes them."""
+
+    what: str
+    likely_cause: str | None = None
+
+    def __str__(self) -> str:
+        return self.what + (f" (likely cause: {self.likely_cause})" if self.likely_cause else "")
 
 
 def check_file(
@@ -84,26 +98,29 @@ def check_file(
     return results
 
 
-def differences(results: list[MethodParse]) -> list[str]:
-    """Sentences saying where the methods disagree (empty when they all agree)."""
+def differences(results: list[MethodParse]) -> list[Difference]:
+    """Where the parsed Dags disagree between methods (empty when they all agree)."""
     found = []
     ids = {method.method: set(method.dags) for method in results}
     everyone = set().union(*ids.values()) if ids else set()
     for dag_id in sorted(everyone):
         missing = [m for m, present in ids.items() if dag_id not in present]
         if missing:
-            found.append(f"Dag {dag_id!r} is missing under {', '.join(missing)}")
+            found.append(Difference(f"Dag {dag_id!r} is missing under {', '.join(missing)}"))
             continue
         if len({m.dags[dag_id] for m in results}) > 1:
             what = _what_differs([(m.method, m.documents[dag_id]) for m in results])
-            found.append(f"Dag {dag_id!r} differs between start methods: {what}" + (
-                " (likely cause: the file depends on what was imported before it, on module "
-                "state its parent process set, or on the order of a set or a dict)"
+            found.append(Difference(
+                f"Dag {dag_id!r} differs between start methods: {what}",
+                "the file depends on what was imported before it, on module state its parent "
+                "process set, or on the order of a set or a dict",
             ))  # fmt: skip
     outcomes = {m.method: m.ok for m in results}
     if len(set(outcomes.values())) > 1:
         failing = [m for m, ok in outcomes.items() if not ok]
-        found.append(f"the file loads under some start methods but not under {', '.join(failing)}")
+        found.append(Difference(
+            f"the file loads under some start methods but not under {', '.join(failing)}"
+        ))  # fmt: skip
     return found
 
 
@@ -184,8 +201,8 @@ _CAUSES = (
 )  # fmt: skip
 
 
-def task_differences(runs: list[TaskRun], succeeded: str) -> list[str]:
-    """Sentences for the tasks whose outcome depends on the start method."""
+def task_differences(runs: list[TaskRun], succeeded: str) -> list[Difference]:
+    """The tasks whose outcome depends on the start method."""
     found = []
     by_task: dict[tuple[str, str], list[TaskRun]] = {}
     for run in runs:
@@ -201,5 +218,96 @@ def task_differences(runs: list[TaskRun], succeeded: str) -> list[str]:
             f"but not under {', '.join(r.method for r in fails)}: {reason}"
         )
         cause = next((c for words, c in _CAUSES if any(w in reason for w in words)), None)
-        found.append(sentence + (f" (likely cause: {cause})" if cause else ""))
+        found.append(Difference(sentence, cause))
     return found
+
+
+@dataclass
+class Report:
+    """What ``dags check`` found: the parses, the task runs, and its verdict."""
+
+    file: str
+    parses: list[MethodParse]
+    #: Empty with ``parse_only``, or when the file does not load under every method.
+    runs: list[TaskRun]
+    parse_only: bool
+
+    @property
+    def methods(self) -> list[str]:
+        return [parse.method for parse in self.parses]
+
+    @functools.cached_property
+    def differences(self) -> list[Difference]:
+        return differences(self.parses) + task_differences(self.runs, TaskState.SUCCESS)
+
+    @functools.cached_property
+    def failing_everywhere(self) -> dict[tuple[str, str], str]:
+        """(dag id, task id) -> why, for each task that succeeded under no method: no
+        difference, but no pass either."""
+        worked = {(r.dag_id, r.task_id) for r in self.runs if r.state == TaskState.SUCCESS}
+        return {(r.dag_id, r.task_id): r.reason or r.state for r in self.runs
+                if (r.dag_id, r.task_id) not in worked}  # fmt: skip
+
+    @property
+    def verdict(self) -> str:
+        """``same`` or ``one_method`` (passed), ``differs`` or ``fails``."""
+        if self.differences:
+            return "differs"
+        if self.failing_everywhere or not all(p.ok and p.dags for p in self.parses):
+            return "fails"
+        return "same" if len(self.parses) > 1 else "one_method"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in ("same", "one_method")
+
+    def summary(self) -> str:
+        """The verdict in one sentence."""
+        if not any(parse.dags for parse in self.parses):
+            return f"{self.file} defines no Dag under any start method."
+        verdict = self.verdict
+        if verdict == "differs":
+            return f"{len(self.differences)} difference(s) between start methods."
+        if verdict == "fails" and not all(parse.ok for parse in self.parses):
+            return f"{self.file} does not load under any start method."
+        if verdict == "fails":
+            return f"{len(self.failing_everywhere)} task(s) fail under every start method."
+        what = "parsed" if self.parse_only else (
+            f"parsed, and {len(self.runs) // len(self.parses)} task(s) ran"
+        )  # fmt: skip
+        if verdict == "one_method":
+            return (f"Checked under {self.parses[0].method} only ({what}): no other start "
+                    "method to compare with.")  # fmt: skip
+        return f"Same result under every start method ({what})."
+
+    def as_record(self) -> dict[str, Any]:
+        """The report as one object, for ``--output json|yaml``."""
+        outcomes: dict[tuple[str, str], dict[str, dict[str, str | None]]] = {}
+        for run in self.runs:
+            outcomes.setdefault((run.dag_id, run.task_id), {})[run.method] = {
+                "state": run.state, "reason": run.reason,
+            }  # fmt: skip
+        return {
+            "file": self.file,
+            "methods": self.methods,
+            "parse_only": self.parse_only,
+            "parses": [
+                {"method": p.method, "loads": p.ok, "error": p.error, "dags": sorted(p.dags),
+                 "tasks": p.tasks, "seconds": round(p.seconds, 3)}
+                for p in self.parses
+            ],
+            "tasks": [
+                {"dag_id": dag_id, "task_id": task_id, "outcomes": by_method}
+                for (dag_id, task_id), by_method in outcomes.items()
+            ],
+            "differences": [
+                {"what": d.what, "likely_cause": d.likely_cause} for d in self.differences
+            ],
+            "failing_everywhere": [
+                {"dag_id": dag_id, "task_id": task_id, "reason": reason}
+                for (dag_id, task_id), reason in self.failing_everywhere.items()
+            ],
+            "verdict": self.verdict,
+            "passed": self.passed,
+            "summary": self.summary(),
+        }  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform as stdlib_platform
 import sys
+from typing import Any
 
 from spawnflow import __version__
 from spawnflow.bootstrap import platform as platforms
@@ -18,48 +19,73 @@ def _masked(url: str) -> str:
     return orm.masked(url)
 
 
-def describe(
-    settings: Settings, platform: platforms.Platform | None = None
-) -> list[tuple[str, str]]:
-    """(label, value) rows describing this installation."""
+def facts(settings: Settings, platform: platforms.Platform | None = None) -> dict[str, Any]:
+    """This installation as one object, typed (what ``info --output json`` prints)."""
     platform = platform or platforms.current()
-    default = startmethods.default(platform)
-    methods = ", ".join(
-        f"{m} (default)" if m == default else m for m in startmethods.available(platform)
-    )
-    rows = [
-        ("spawnflow", __version__),
-        (
-            "Python",
-            f"{stdlib_platform.python_version()} ({sys.implementation.name}) {sys.executable}",
-        ),
-        ("OS", f"{platform.display_name} ({stdlib_platform.platform()})"),
-        ("Start methods", methods),
-    ]
-    core, source = startmethods.for_component(settings, None)
-    rows.append(("Start method [core]", f"{core} (from {source})"))
+    core, core_source = startmethods.for_component(settings, None)
+    components: dict[str, dict[str, Any]] = {
+        "core": {"start_method": core, "source": str(core_source)}
+    }
     for component in COMPONENTS:
         method, source = startmethods.for_component(settings, component)
         via = "[core]" if settings.value(component, "mp_start_method") is None else str(source)
         roles = [r for r, c in startmethods.ROLE_COMPONENTS.items() if c == component]
-        rows.append((f"Start method [{component}]",
-                     f"{method} (from {via}) for {', '.join(roles)}"))  # fmt: skip
+        components[component] = {"start_method": method, "source": via, "roles": roles}
     locations = settings.locations
-    exists = "exists" if locations.config_file.exists() else "not found"
+    dags_folder = settings.core.dags_folder
+    return {
+        "spawnflow": __version__,
+        "python": {
+            "version": stdlib_platform.python_version(),
+            "implementation": sys.implementation.name,
+            "executable": sys.executable,
+        },
+        "os": {"name": platform.display_name, "platform": stdlib_platform.platform()},
+        "start_methods": {
+            "available": list(startmethods.available(platform)),
+            "default": startmethods.default(platform),
+        },
+        "components": components,
+        "config_file": {
+            "path": str(locations.config_file),
+            "exists": locations.config_file.exists(),
+            "source": locations.config_file_origin,
+        },
+        "home": str(locations.home) if locations.home else None,
+        "data_dir": str(locations.data_dir),
+        "log_dir": str(settings.logging.base_log_folder),
+        "dags_folder": {"path": str(dags_folder), "exists": dags_folder.is_dir()},
+        "database": _masked(settings.database.url),
+    }
+
+
+def describe(found: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) rows of :func:`facts` for people."""
+    python, methods = found["python"], found["start_methods"]
+    rows = [
+        ("spawnflow", found["spawnflow"]),
+        ("Python", f"{python['version']} ({python['implementation']}) {python['executable']}"),
+        ("OS", f"{found['os']['name']} ({found['os']['platform']})"),
+        ("Start methods", ", ".join(
+            f"{m} (default)" if m == methods["default"] else m for m in methods["available"]
+        )),
+    ]  # fmt: skip
+    for component, chosen in found["components"].items():
+        text = f"{chosen['start_method']} (from {chosen['source']})"
+        if "roles" in chosen:
+            text += f" for {', '.join(chosen['roles'])}"
+        rows.append((f"Start method [{component}]", text))
+    config, dags = found["config_file"], found["dags_folder"]
+    exists = "exists" if config["exists"] else "not found"
+    missing = (
+        "" if dags["exists"] else " (not there yet: the first standalone or dag-processor makes it)"
+    )
     rows += [
-        ("Config file", f"{locations.config_file} ({exists}; from {locations.config_file_origin})"),
-        ("Home", str(locations.home) if locations.home else "(SPAWNFLOW_HOME not set)"),
-        ("Data directory", str(locations.data_dir)),
-        ("Log directory", str(settings.logging.base_log_folder)),
-        (
-            "Dags folder",
-            str(settings.core.dags_folder)
-            + (
-                ""
-                if settings.core.dags_folder.is_dir()
-                else " (not there yet: the first standalone or dag-processor makes it)"
-            ),
-        ),
-        ("Database", _masked(settings.database.url)),
+        ("Config file", f"{config['path']} ({exists}; from {config['source']})"),
+        ("Home", found["home"] or "(SPAWNFLOW_HOME not set)"),
+        ("Data directory", found["data_dir"]),
+        ("Log directory", found["log_dir"]),
+        ("Dags folder", dags["path"] + missing),
+        ("Database", found["database"]),
     ]
     return rows

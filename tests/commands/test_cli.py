@@ -89,13 +89,10 @@ def test_config_show_is_valid_toml_and_sources_say_where_values_came_from(home):
 
     sourced = run("--set", "core.stop_grace_period=2.5", "config", "show", "--sources", env=env)
     assert (
-        f"connect_timeout = 4  # from config file {home / 'spawnflow.toml'} line 2"
-        in sourced.output
+        f"connect_timeout = 4 # from config file {home / 'spawnflow.toml'} line 2" in sourced.output
     )
-    assert (
-        'level = "DEBUG"  # from environment variable SPAWNFLOW__LOGGING__LEVEL' in sourced.output
-    )
-    assert "stop_grace_period = 2.5  # from command-line option --set core.stop_grace_period" in (
+    assert 'level = "DEBUG" # from environment variable SPAWNFLOW__LOGGING__LEVEL' in sourced.output
+    assert "stop_grace_period = 2.5 # from command-line option --set core.stop_grace_period" in (
         sourced.output
     )
 

@@ -113,7 +113,7 @@ def test_a_task_that_works_only_under_fork_fails_under_spawn_saying_why(users_pr
     others = [m for m in startmethods.available() if m != "fork"]
     if "fork" in startmethods.available():
         done.stdout.fnmatch_lines([
-            "*DagCheckFailed: *lambda_in_a_process.py is not start-method safe:",
+            "*DagCheckFailed: *lambda_in_a_process.py is not start-method safe (*):",
             f"*- task 'starts_a_process' of Dag 'lambda_in_a_process' succeeds under fork but "
             f"not under {', '.join(others)}: *PicklingError*likely cause: something the task "
             "hands to a child process*",
