@@ -22,9 +22,14 @@ def config_group() -> None:
     """Inspect the effective settings."""
 
 
-def _shown(value: Any) -> Any:
-    """A setting's value as ``config show`` prints it: a path as text, and the secrets of
-    an options object (``key``, ``secret``, ``token``, ...) as ``***``."""
+def _shown(entry: Entry) -> Any:
+    """A setting's value as ``config show`` prints it: a path as text, a database URL's
+    password and the secrets of an options object (``key``, ``secret``, ``token``, ...)
+    as ``***`` (``config get`` prints a value whole, for scripts)."""
+    value = entry.value
+    option = settings_table.lookup(entry.section, entry.key)
+    if option is not None and option.kind is settings_table.DATABASE_URL and value:
+        return settings_table.hide_password(value)
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, dict):
@@ -55,7 +60,7 @@ def _as_toml(settings: Settings, sources: bool) -> str:
                 unset = f"{entry.key} is unset" + (f" # {whence}" if sources else "")
                 table.add(tomlkit.comment(unset))
                 continue
-            value = _shown(entry.value)
+            value = _shown(entry)
             item = tomlkit.inline_table() if isinstance(value, dict) else tomlkit.item(value)
             if isinstance(value, dict):
                 item.update(value)  # inline: a sub-table would leave its section
@@ -81,8 +86,8 @@ def show_command(state: State, sources: bool, output: str) -> None:
         return
     found = {
         section: {
-            e.key: {"value": _shown(e.value), "source": str(e.source), "layer": e.source.layer}
-            if sources else _shown(e.value)
+            e.key: {"value": _shown(e), "source": str(e.source), "layer": e.source.layer}
+            if sources else _shown(e)
             for e in entries
         }
         for section, entries in _entries(settings).items()

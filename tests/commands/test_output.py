@@ -334,3 +334,16 @@ def test_a_table_on_a_terminal_is_coloured_unless_no_color(monkeypatch):
 def test_cells_are_values_not_markup():
     text = output.table(["dag_id"], [["[bold]x[/bold] :smile:"]])
     assert text.splitlines()[2] == "[bold]x[/bold] :smile:"
+
+
+@pytest.mark.parametrize("output", ["toml", "json", "yaml"])
+def test_config_show_hides_the_database_password_and_config_get_does_not(home, output):
+    env = {"SPAWNFLOW__DATABASE__URL": "postgresql+psycopg://ada:s3cret@db.example:5432/flows"}
+
+    shown = run("config", "show", "-o", output, env=env)
+    got = run("config", "get", "database.url", env=env)
+
+    assert shown.exit_code == 0, shown.output
+    assert "s3cret" not in shown.stdout
+    assert "postgresql+psycopg://ada:***@db.example:5432/flows" in shown.stdout
+    assert got.stdout.strip() == env["SPAWNFLOW__DATABASE__URL"]
