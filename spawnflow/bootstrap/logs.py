@@ -1,12 +1,19 @@
 """Logging: events with fields through the standard library's loggers and handlers.
 
-Every process configures logging once for its role: human-readable lines on the
-console (coloured on a TTY, rendered by structlog's ConsoleRenderer) and JSON lines in
-``<base_log_folder>/<role>.log``. spawnflow's own events (:func:`get_logger`) and the
-records of libraries that log through the standard library (SQLAlchemy, Alembic, a
-task's own ``logging``) go through the same formatters, so every line carries ``role``
-and ``pid``. The JSON lines are rendered here, with msgspec: structlog is imported
-only for the first console line, since its import (with rich, which it pulls in when
+Every process configures logging once for its role: JSON lines in
+``<base_log_folder>/<role>.log`` (rotated by size, see :mod:`logfiles`) and, on the
+console, human-readable lines (coloured on a TTY, rendered by structlog's
+ConsoleRenderer) or, with ``[logging] format = json``, the same JSON lines as the
+file. spawnflow's own events (:func:`get_logger`) and the records of libraries that
+log through the standard library (SQLAlchemy, Alembic, a task's own ``logging``) go
+through the same formatters, so every line carries ``role`` and ``pid``.
+
+Every JSON line has one shape (:func:`line`), whoever writes it (a task supervisor
+writes a try's log itself): ``timestamp`` (RFC 3339 UTC ending in ``Z``, see
+:func:`timestamp`), ``level``, ``logger``, ``event``, ``pid``, ``role``, then the
+event's own fields (those that are None are left out) and ``exception`` after an
+error. The JSON lines are rendered here, with msgspec: structlog is imported only for
+the first console line in text, since its import (with rich, which it pulls in when
 installed) was a third of a spawned task's start-up, for a process whose few lines go
 to a file.
 
@@ -20,9 +27,12 @@ writes the child's own pid.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,9 @@ from spawnflow.bootstrap.logfiles import open_log_file
 
 #: The attribute of a LogRecord that carries an event's fields.
 FIELDS = "spawnflow_fields"
+
+#: The keys every JSON line starts with, in this order; the event's fields follow.
+LINE_KEYS = ("timestamp", "level", "logger", "event", "pid", "role")
 
 _role = "unconfigured"
 _log_file: Path | None = None
@@ -56,16 +69,47 @@ def _add_record_time(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+def _add_time(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """The time of a structlog event, spelled as every other line's."""
+    event.setdefault("timestamp", timestamp(time.time()))
+    return event
+
+
+def _drop_none(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """A field that is None says nothing: ``reason=None`` is not written."""
+    return {key: value for key, value in event.items() if value is not None}
+
+
 def timestamp(created: float) -> str:
-    """RFC 3339 in UTC with microseconds, as every log line writes its time."""
+    """RFC 3339 in UTC with microseconds and a ``Z``, as every log line writes its time:
+    ``2025-01-31T12:00:00.000000Z``."""
     moment = dt.datetime.fromtimestamp(created, tz=dt.UTC)
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _dumps(event: dict[str, Any], **_: Any) -> str:
+def line(
+    *, level: str, logger: str, event: str, pid: int, role: str,
+    fields: Mapping[str, Any] = {}, created: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One log line in the shape every JSON line has: :data:`LINE_KEYS` in that order,
+    then ``fields`` without those that are None. A field named like one of the line's
+    keys (``pid=<a child's pid>``) is kept as ``<key>_field``: the line's are the
+    writer's. ``created``: the event's time (``time.time()``), now if None."""
+    shaped: dict[str, Any] = {
+        "timestamp": timestamp(time.time() if created is None else created),
+        "level": level, "logger": logger, "event": event, "pid": pid, "role": role,
+    }  # fmt: skip
+    for key, value in fields.items():
+        if value is not None:
+            shaped[f"{key}_field" if key in shaped else key] = value
+    return shaped
+
+
+def dumps(shaped: Mapping[str, Any]) -> str:
+    """A line (:func:`line`) as JSON; values JSON lacks (paths, times) as their text."""
     import msgspec
 
-    return msgspec.json.encode(event, enc_hook=str).decode()
+    return msgspec.json.encode(shaped, enc_hook=str).decode()
 
 
 def _shared_processors() -> list:
@@ -76,7 +120,8 @@ def _shared_processors() -> list:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         _add_process,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _add_time,
+        _drop_none,
     ]
 
 
@@ -91,6 +136,7 @@ def _foreign_processors() -> list:
         structlog.stdlib.add_logger_name,
         _add_process,
         _add_record_time,
+        _drop_none,
     ]
 
 
@@ -151,33 +197,33 @@ class JsonLinesFormatter(logging.Formatter):
             event["exception"] = self.formatException(exc_info)
         if record.stack_info:
             event["stack"] = self.formatStack(record.stack_info)
-        return _dumps(event)
+        return dumps(event)
 
 
 def event_of(record: logging.LogRecord) -> dict[str, Any]:
-    """What a record says as an event: its fields, then ``event``, ``level``, ``logger``,
-    ``role``, ``pid`` and ``timestamp``."""
+    """What a record says as a line (:func:`line`): the writer's time, level, logger,
+    event, pid and role, then the event's fields."""
     if isinstance(record.msg, dict):
         # An event of structlog's, its processors already applied (user code, or a
         # library, that logs through structlog, which is configured to hand it to us).
-        return dict(record.msg)
-    event = {}
+        fields = dict(record.msg)
+        moment = fields.pop("timestamp", None)
+        shaped = line(
+            level=str(fields.pop("level", record.levelname.lower())),
+            logger=str(fields.pop("logger", record.name)),
+            event=str(fields.pop("event", "")),
+            pid=fields.pop("pid", os.getpid()), role=fields.pop("role", _role),
+            fields=fields, created=record.created,
+        )  # fmt: skip
+        if isinstance(moment, str):
+            shaped["timestamp"] = moment  # the event's own, spelled by _add_time
+        return shaped
+    fields = {}
     if "structlog" in sys.modules:
-        event.update(sys.modules["structlog"].contextvars.get_contextvars())
-    event.update(getattr(record, FIELDS, None) or {})
-    for key in _LINE_KEYS.intersection(event):
-        # A field named like one of the line's own keys (pid=<a child's pid>) is kept
-        # under another name: the line's pid is always the writer's.
-        event[f"{key}_field"] = event.pop(key)
-    event["event"] = record.getMessage()
-    event["level"] = record.levelname.lower()
-    event["logger"] = record.name
-    event["role"], event["pid"] = _role, os.getpid()
-    event["timestamp"] = timestamp(record.created)
-    return event
-
-
-_LINE_KEYS = frozenset({"event", "level", "logger", "role", "pid", "timestamp"})
+        fields.update(sys.modules["structlog"].contextvars.get_contextvars())
+    fields.update(getattr(record, FIELDS, None) or {})
+    return line(level=record.levelname.lower(), logger=record.name, event=record.getMessage(),
+                pid=os.getpid(), role=_role, fields=fields, created=record.created)  # fmt: skip
 
 
 def _exc_info(value: Any) -> Any:
@@ -190,28 +236,51 @@ def _exc_info(value: Any) -> Any:
 
 
 class ConsoleFormatter(logging.Formatter):
-    """structlog's ConsoleRenderer, built when the first console line is written.
+    """The console's lines, as ``console_format`` says: ``auto``, text (structlog's
+    ConsoleRenderer, built when the first text line is written) coloured on a terminal;
+    ``text``, never coloured; ``json``, the log file's JSON lines. None follows
+    ``[logging] format`` of the settings this process installed, read at each line:
+    the CLI configures its logging before it resolves settings.
 
     Importing structlog (with rich, when installed) costs a spawned child 30 to 65 ms;
-    a child that never writes to the console does not pay it.
+    a child that never writes text to the console does not pay it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, console_format: str | None = None) -> None:
         super().__init__()
-        self._formatter: logging.Formatter | None = None
+        self.console_format = console_format
+        self._text: dict[bool, logging.Formatter] = {}
+        self._json = JsonLinesFormatter()
 
     def format(self, record: logging.LogRecord) -> str:
-        if self._formatter is None:
-            self._formatter = _console_formatter()
-        return self._formatter.format(record)
+        chosen = self.console_format or configured_format()
+        if chosen == "json":
+            return self._json.format(record)
+        colors = chosen == "auto" and console_colors(sys.stderr)
+        if colors not in self._text:
+            self._text[colors] = _console_formatter(colors)
+        return self._text[colors].format(record)
 
 
-def _console_formatter() -> logging.Formatter:
+def configured_format() -> str:
+    """``[logging] format`` of this process's settings; ``auto`` before it has any."""
+    snapshot = _installed_settings()
+    return snapshot.logging.format if snapshot is not None else "auto"
+
+
+def _installed_settings() -> Any:
+    """This process's settings snapshot, or None. Looked up without an import: settings
+    import this module's neighbours, and a process that has none imported none."""
+    settings = sys.modules.get("spawnflow.bootstrap.settings")
+    return settings.installed() if settings is not None else None
+
+
+def _console_formatter(colors: bool) -> logging.Formatter:
     if not _structlog_configured:
         _configure_structlog()  # imported now: user code's structlog events reach us too
     import structlog
 
-    renderer = structlog.dev.ConsoleRenderer(colors=console_colors(sys.stderr))
+    renderer = structlog.dev.ConsoleRenderer(colors=colors)
     return structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=_foreign_processors(),
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
@@ -255,7 +324,9 @@ def configure(
     log_file: Path | None = None,
     console: bool = True,
     console_level: str | None = None,
+    console_format: str | None = None,
     create_folder: bool = True,
+    rotate: bool | None = None,
 ) -> None:
     """Configure logging for this process, replacing whatever it had.
 
@@ -264,17 +335,25 @@ def configure(
         level: lowest level written to ``log_file``.
         log_file: JSON-lines file to append to; its folder is created. None: no file.
             One that cannot be opened raises :class:`LogFileUnwritable`.
-        console: write human-readable lines to stderr.
+        console: write log lines to stderr.
         console_level: lowest level on the console (defaults to ``level``).
+        console_format: ``auto``, ``text`` or ``json`` (see :class:`ConsoleFormatter`);
+            None: ``[logging] format`` of the settings installed when a line is written.
         create_folder: create ``log_file``'s folder (the launcher does it for its children).
+        rotate: rotate ``log_file`` at ``[logging] max_file_size``, keeping
+            ``[logging] backup_count`` old files, as the installed settings say (none
+            installed: never). None: when ``log_file`` is the role's own file
+            (:func:`role_log_file`); a file named otherwise, such as a try's log, is
+            not rotated.
     """
     global _role, _log_file
     # First: a log file that cannot be written leaves the old configuration in place.
     file_handler = None
     if log_file is not None:
         file_handler = open_log_file(
-            log_file, level, JsonLinesFormatter(), create_folder=create_folder
-        )
+            log_file, level, JsonLinesFormatter(), create_folder=create_folder,
+            handler_class=_rotating_handler(role, log_file, rotate),
+        )  # fmt: skip
     _role, _log_file = role, log_file
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -293,7 +372,7 @@ def configure(
         handler = logging.StreamHandler(sys.stderr)
         handler.addFilter(quiet_pool)
         handler.setLevel(console_level or level)
-        handler.setFormatter(ConsoleFormatter())
+        handler.setFormatter(ConsoleFormatter(console_format))
         root.addHandler(handler)
         _handlers.append(handler)
         levels.append(logging.getLevelName(console_level or level))
@@ -301,11 +380,34 @@ def configure(
     if "structlog" in sys.modules:
         # Context bound in a fork parent (a run id, say) is not this process's.
         sys.modules["structlog"].contextvars.clear_contextvars()
+    # Already imported (by a library, or the parent before a fork): configure it now,
+    # so that nothing logs through structlog's defaults. Its configuration does not
+    # depend on the role, so what a fork child inherits stays valid.
+    adopt_structlog()
+
+
+def adopt_structlog() -> None:
+    """Send structlog's events through these handlers if structlog was imported since
+    :func:`configure` (by a Dag file, say), as they are when it was imported before;
+    else its default configuration prints them, rendered, on stdout. A process that
+    did not import structlog does not import it here."""
     if "structlog" in sys.modules and not _structlog_configured:
-        # Already imported (by a library, or the parent before a fork): configure it
-        # now, so that nothing logs through structlog's defaults. Its configuration
-        # does not depend on the role, so what a fork child inherits stays valid.
         _configure_structlog()
+
+
+def _rotating_handler(role: str, log_file: Path, rotate: bool | None) -> Any:
+    """What makes the handler of a file that rotates (see :func:`configure`), or None."""
+    snapshot = _installed_settings()
+    if snapshot is None or rotate is False or not snapshot.logging.max_file_size:
+        return None
+    if rotate is None and log_file != role_log_file(snapshot.logging.base_log_folder, role):
+        return None
+    # Imported only here: logging.handlers costs a task process, whose file (the try's
+    # log) never rotates, a few milliseconds.
+    from spawnflow.bootstrap.logrotation import RotatingLogFileHandler
+
+    return functools.partial(RotatingLogFileHandler, max_bytes=snapshot.logging.max_file_size,
+                             backup_count=snapshot.logging.backup_count)  # fmt: skip
 
 
 def console_colors(stream: Any) -> bool:

@@ -133,6 +133,33 @@ def _choice(*choices: str) -> Kind:
     return Kind(name, allowed, parse)
 
 
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
+               "kib": 1024, "mib": 1024**2, "gib": 1024**3}  # fmt: skip
+
+
+def _parse_size(raw: Any, _: Context) -> int:
+    allowed = ("a size in bytes, or with a unit: 10MB, 512KiB, 50 MiB (KB, MB and GB are "
+               "powers of 1000, KiB, MiB and GiB of 1024)")  # fmt: skip
+    if isinstance(raw, bool) or not isinstance(raw, int | str):
+        raise InvalidValue(allowed)
+    if isinstance(raw, int):
+        if raw < 0:
+            raise InvalidValue(allowed)
+        return raw
+    match = _SIZE.match(raw.strip())
+    if match is None:
+        raise InvalidValue(allowed)
+    number, unit = match.groups()
+    unit = (unit or "b").lower()
+    if unit == "b" and "." in number:
+        raise InvalidValue(allowed)  # a fraction of a byte
+    return int(float(number) * _SIZE_UNITS[unit])
+
+
+SIZE = Kind("size", "a size in bytes or with a unit (10MB, 512KiB)", _parse_size)
+
+
 def _parse_path(raw: Any, context: Context) -> Path:
     if not isinstance(raw, str) or not raw.strip():
         raise InvalidValue("a path")
@@ -452,6 +479,32 @@ OPTIONS: tuple[Option, ...] = (
         lambda locations, _: locations.log_dir,
         "Folder for the per-role log files (JSON lines).",
     ),
+    Option(
+        "logging",
+        "format",
+        _choice("auto", "text", "json"),
+        "auto",
+        "What the components (scheduler, dag-processor, triggerer, standalone) and the CLI "
+        "write on the console: `auto`, human-readable lines, coloured on a terminal (unless "
+        "NO_COLOR is set); `text`, the same never coloured; `json`, JSON lines of the log "
+        "files' shape. The log files are always JSON lines.",
+    ),
+    Option(
+        "logging",
+        "max_file_size",
+        SIZE,
+        50 * 1024**2,
+        "Size at which a per-role log file is rotated: `<role>.log` becomes "
+        "`<role>.log.1` and so on. Bytes, or with a unit: 10MB, 512KiB, 50 MiB; 0 never "
+        "rotates. A try's log is never rotated.",
+    ),
+    Option(
+        "logging",
+        "backup_count",
+        _integer(1),
+        5,
+        "Rotated per-role log files kept (`<role>.log.1` to `<role>.log.N`); the oldest goes.",
+    ),
     *(_component_method(component) for component in COMPONENTS),
     Option(
         "scheduler",
@@ -695,6 +748,7 @@ _DEFAULT_DESCRIPTIONS = {
     "core.dags_folder": "`<data dir>/dags`",
     "database.url": "SQLite file `<data dir>/spawnflow.db`",
     "logging.base_log_folder": "`<log dir>`",
+    "logging.max_file_size": "50 MiB",
 }
 
 _BY_NAME = {option.name: option for option in OPTIONS}

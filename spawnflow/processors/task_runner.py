@@ -71,6 +71,7 @@ def run_task(channel, workload: Workload) -> None:
 
             multiprocessing.set_start_method(workload.multiprocessing_start_method, force=True)
         task = _find_task(workload)
+        logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
         channel.send(TaskStarting())
         result = _resume(task, workload) if resuming else _execute(task, channel)
         if result is not None:

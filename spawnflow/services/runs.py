@@ -142,6 +142,9 @@ def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt
     return attempt_log(settings, dag_id, run_id, task_id, number), state
 
 
+_LINE_KEYS = frozenset({"timestamp", "event", "level", "logger", "role", "pid"})
+
+
 def render_log_line(line: str) -> str:
     """One JSON line of a try's log as a person reads it."""
     try:
@@ -153,8 +156,8 @@ def render_log_line(line: str) -> str:
     stamp = str(record.get("timestamp", ""))[:19].replace("T", " ")
     if "stream" in record:
         return f"{stamp} [{record['stream']}] {record.get('event', '')}"
-    extra = {k: v for k, v in record.items()
-             if k not in {"timestamp", "event", "level", "logger", "role", "pid"}}  # fmt: skip
+    # A field that is None (in a line written before they were left out) says nothing.
+    extra = {k: v for k, v in record.items() if k not in _LINE_KEYS and v is not None}
     fields = " ".join(f"{k}={v}" for k, v in extra.items())
     return f"{stamp} {record.get('level', 'info'):<7} {record.get('event', '')} {fields}".rstrip()
 

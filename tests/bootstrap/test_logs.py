@@ -127,8 +127,8 @@ def test_an_events_fields_and_error_reach_the_file_and_the_console_alike(tmp_pat
     logs.flush()
 
     (event,) = [json.loads(line) for line in log_file.read_text().splitlines()]
-    assert list(event) == ["try_number", "event", "level", "logger", "role", "pid",
-                           "timestamp", "exception"]  # fmt: skip
+    assert list(event) == ["timestamp", "level", "logger", "event", "pid", "role",
+                           "try_number", "exception"]  # fmt: skip
     assert (event["event"], event["level"], event["try_number"]) == ("task failed", "error", 2)
     assert event["exception"].startswith("Traceback")
     assert event["exception"].endswith("KeyError: 'missing'")
@@ -165,3 +165,86 @@ def test_structlog_events_written_after_the_console_configured_it_reach_the_file
         ("through structlog", "user.code", "scheduler"),
     ]
     assert events[1]["rows"] == 3
+
+
+STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def test_every_line_has_one_shape_whoever_writes_it(tmp_path):
+    import structlog
+
+    log_file = tmp_path / "scheduler.log"
+    logs.configure("scheduler", level="INFO", log_file=log_file, console=False)
+    logs.adopt_structlog()
+    logs.get_logger("spawnflow.test").info("loop started", turn=1)
+    logging.getLogger("alembic.runtime.migration").info("Running upgrade %s", "0001")
+    structlog.get_logger("user.code").warning("through structlog", rows=3)
+    logs.flush()
+
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [list(e)[:6] for e in events] == [list(logs.LINE_KEYS)] * 3
+    assert all(STAMP.fullmatch(e["timestamp"]) for e in events), events
+    assert [(e["level"], e["logger"], e["event"]) for e in events] == [
+        ("info", "spawnflow.test", "loop started"),
+        ("info", "alembic.runtime.migration", "Running upgrade 0001"),
+        ("warning", "user.code", "through structlog"),
+    ]
+    assert (events[0]["turn"], events[2]["rows"]) == (1, 3)
+
+
+def test_fields_that_are_none_are_written_neither_to_the_file_nor_to_the_console(tmp_path, capsys):
+    import structlog
+
+    log_file = tmp_path / "task.log"
+    logs.configure("task", level="INFO", log_file=log_file, console=True)
+    logs.get_logger("spawnflow.test").warning("task finished", state="failed", reason=None)
+    structlog.get_logger("user.code").warning("through structlog", rows=None)
+    logs.flush()
+
+    events = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert events[0]["state"] == "failed"
+    assert not [key for event in events for key, value in event.items() if value is None]
+    assert "reason" not in events[0]
+    assert "rows" not in events[1]
+    console = capsys.readouterr().err
+    assert "state=failed" in console
+    assert "None" not in console
+
+
+def test_the_console_writes_the_files_json_lines_when_the_format_is_json(
+    tmp_path, capsys, make_settings
+):
+    make_settings(**{"logging.format": "json"})  # read when a line is written
+    log_file = tmp_path / "dag-processor.log"
+    logs.configure("dag-processor", level="INFO", log_file=log_file, console=True)
+    try:
+        raise KeyError("missing")
+    except KeyError:
+        logs.get_logger("spawnflow.test").exception("pass failed", files=3)
+    logs.flush()
+
+    (in_file,) = [json.loads(line) for line in log_file.read_text().splitlines()]
+    (on_console,) = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert on_console == in_file
+    assert list(on_console) == [*logs.LINE_KEYS, "files", "exception"]
+
+
+class _TerminalBuffer(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("console_format", ["auto", "text"])
+def test_text_on_a_terminal_is_coloured_in_auto_and_never_in_text(monkeypatch, console_format):
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal = _TerminalBuffer()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    logs.configure("cli", console=True, console_format=console_format)
+    logs.get_logger("spawnflow.test").warning("something to see", count=2)
+    logs.flush()
+
+    written = terminal.getvalue()
+    assert "something to see" in written
+    coloured = console_format == "auto" and logs.console_colors(terminal)
+    assert ("\x1b[" in written) is coloured
+    assert not written.lstrip().startswith("{")

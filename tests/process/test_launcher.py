@@ -100,7 +100,7 @@ def test_child_configures_logging_for_its_role_and_stdlib_records_join_it(
     assert report.values["role"] == "test-logger"
     assert report.values["log_file"] == str(log_file)
     # Only the child's own handler: nothing inherited from the parent (pytest's, under fork).
-    assert report.values["handlers"] == ["LogFileHandler"]
+    assert report.values["handlers"] == ["RotatingLogFileHandler"]  # a role's file rotates
     events = [json.loads(line) for line in log_file.read_text().splitlines()]
     mine = [e for e in events if nonce in json.dumps(e)]
     assert {e["logger"] for e in mine} == {"tests.child", "sqlalchemy.pool.fake"}

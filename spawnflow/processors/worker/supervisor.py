@@ -144,8 +144,8 @@ class TaskSupervisor:
         """Record how the try ended (a failure with tries left becomes up_for_retry)."""
         recorded = self.recorder.finish(state, reason)
         if recorded is not None:
-            level = "info" if recorded == TaskState.SUCCESS else "error"
-            attempt.event("task finished", level=level, state=recorded, reason=reason)
+            attempt.event("task finished", level=_END_LEVELS.get(recorded, "info"),
+                          state=recorded, reason=reason)  # fmt: skip
         attempt.close()
         self.reason = reason
         return recorded or self.recorder.state_now()
@@ -167,6 +167,7 @@ class TaskSupervisor:
             return None, None, reason
         self.alive()
         child = launcher.launch(spec, method=self.method)
+        attempt.task_pid = child.pid
         self.recorder.set_task_pid(child.pid)
         self.alive()
         self.xcom_service = self._xcom_service(child, runner, attempt)
@@ -338,6 +339,11 @@ class TaskSupervisor:
         attempt.event("execution_timeout passed: stopping the task", level="error",
                       execution_timeout=timeout)  # fmt: skip
         self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
+
+
+#: How loud a try's end is: a failure for good is an error; a try that will be retried
+#: is expected, a warning (as the scheduler logs them).
+_END_LEVELS: dict[str, str] = {TaskState.FAILED: "error", TaskState.UP_FOR_RETRY: "warning"}
 
 
 def _assumed_backend(settings: Settings) -> BackendChoice:
