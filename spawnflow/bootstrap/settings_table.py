@@ -160,6 +160,18 @@ def _parse_size(raw: Any, _: Context) -> int:
 SIZE = Kind("size", "a size in bytes or with a unit (10MB, 512KiB)", _parse_size)
 
 
+def _choice_free(what: str) -> Kind:
+    """A non-empty word without spaces (a queue name)."""
+
+    def parse(raw: Any, _: Context) -> str:
+        text = str(raw).strip() if raw is not None else ""
+        if text and not any(c.isspace() for c in text):
+            return text
+        raise InvalidValue(f"{what}, without spaces")
+
+    return Kind("name", f"{what}, without spaces", parse)
+
+
 def _parse_path(raw: Any, context: Context) -> Path:
     if not isinstance(raw, str) or not raw.strip():
         raise InvalidValue("a path")
@@ -180,6 +192,32 @@ def _parse_xcom_backend(raw: Any, _: Context) -> str:
     if isinstance(raw, str) and _IMPORT_STRING.match(raw.strip()):
         return raw.strip()
     raise InvalidValue(allowed)
+
+
+def _parse_executor(raw: Any, _: Context) -> str:
+    allowed = "local, celery, or an executor class as module:Class"
+    if isinstance(raw, str) and raw.strip().lower() in ("local", "celery"):
+        return raw.strip().lower()
+    if isinstance(raw, str) and _IMPORT_STRING.match(raw.strip()):
+        return raw.strip()
+    raise InvalidValue(allowed)
+
+
+EXECUTOR = Kind("executor", "local, celery, or an executor class as module:Class", _parse_executor)
+
+
+def _parse_broker_url(raw: Any, _: Context) -> str:
+    text = str(raw).strip() if raw is not None else ""
+    if text.split("://", 1)[0] in ("redis", "rediss", "amqp", "amqps", "pyamqp") and "://" in text:
+        return text
+    raise InvalidValue("a Redis or RabbitMQ URL: redis://host:6379/0 or amqp://user:pass@host//")
+
+
+def _parse_result_backend(raw: Any, _: Context) -> str:
+    text = str(raw).strip() if raw is not None else ""
+    if not text or "://" in text:
+        return text
+    raise InvalidValue("empty (none) or a Celery result backend URL such as redis://host/1")
 
 
 XCOM_BACKEND = Kind(
@@ -348,6 +386,7 @@ SECTIONS = {
     "xcom": "Where XCom values are kept, and the per-task helper process of other backends.",
     "state_store": "Where the state stores of tasks and asset watchers keep their values.",
     "metrics": "Where metrics go (StatsD), if anywhere.",
+    "celery": "The Celery executor: its broker and its workers.",
 }
 
 #: The components whose children may use a start method of their own (law 2).
@@ -409,6 +448,16 @@ OPTIONS: tuple[Option, ...] = (
         1_048_576,
         "Largest XCom value, in bytes of its JSON form, whichever backend keeps it: a "
         "larger push fails, and so does a larger value a backend gives back.",
+    ),
+    Option(
+        "core",
+        "executor",
+        EXECUTOR,
+        "local",
+        "What runs the scheduler's task supervisors: `local` (worker processes on the "
+        "scheduler's machine), `celery` (spawnflow celery workers on any machine, through "
+        "[celery] broker_url) or a subclass of `spawnflow.executors.BaseExecutor` as "
+        "module:Class.",
     ),
     Option(
         "core",
@@ -739,6 +788,45 @@ OPTIONS: tuple[Option, ...] = (
         METRIC_PREFIX,
         "spawnflow",
         "The prefix of every metric's name.",
+    ),
+    Option(
+        "celery",
+        "broker_url",
+        Kind("broker URL", "a redis:// or amqp:// URL", _parse_broker_url),
+        "redis://127.0.0.1:6379/0",
+        "Where the scheduler puts task instances for spawnflow celery workers: Redis "
+        "(redis://) or RabbitMQ (amqp://).",
+    ),
+    Option(
+        "celery",
+        "result_backend",
+        Kind("URL", "empty, or a Celery result backend URL", _parse_result_backend),
+        "",
+        "Where Celery keeps task results, if anywhere; spawnflow needs none (the "
+        "scheduler reads how each try ended from the metadata database).",
+    ),
+    Option(
+        "celery",
+        "worker_concurrency",
+        _integer(1),
+        4,
+        "Task instances one spawnflow celery worker runs at once (each in a task process "
+        "of its own, under [executor] mp_start_method).",
+    ),
+    Option(
+        "celery",
+        "default_queue",
+        _choice_free("a queue name"),
+        "spawnflow",
+        "The queue of task instances whose task names none (`queue=` on a task).",
+    ),
+    Option(
+        "celery",
+        "operation_timeout",
+        _seconds(0.1),
+        10.0,
+        "Seconds the scheduler and `spawnflow celery status` wait for the broker before "
+        "they say it cannot be reached.",
     ),
 )
 

@@ -91,6 +91,7 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 def _register() -> None:
     from spawnflow.commands import (
         assets,
+        celery,
         completion,
         config,
         connections,
@@ -130,6 +131,7 @@ def _register() -> None:
     cli.add_command(assets.assets_group)
     cli.add_command(triggerer.triggerer_command)
     cli.add_command(triggerer.triggers_group)
+    cli.add_command(celery.celery_group)
     cli.add_command(completion.completion_command)
 
 

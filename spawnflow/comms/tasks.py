@@ -41,6 +41,8 @@ class Workload(msgspec.Struct, frozen=True):
     #: arguments as JSON text (``event`` among them: what the trigger yielded).
     next_method: str | None = None
     next_kwargs: str | None = None
+    #: The Celery executor's queue for it (None: [celery] default_queue).
+    queue: str | None = None
     #: The default start method of the task's own ``multiprocessing`` (``dags check``
     #: sets the method under test); None leaves Python's default.
     multiprocessing_start_method: str | None = None

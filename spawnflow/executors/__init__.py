@@ -8,8 +8,11 @@ machine; a distributed one could put the same workloads on a queue.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
+from spawnflow.bootstrap.errors import UserError
+from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.tasks import Workload
 
 
@@ -33,7 +36,10 @@ class TaskEnded:
 
 
 class BaseExecutor:
-    """The scheduler's view of an executor."""
+    """The scheduler's view of an executor; made with the settings snapshot."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
     def start(self) -> None:
         raise NotImplementedError
@@ -71,3 +77,24 @@ class BaseExecutor:
         """Stop: warm, then cold after ``grace`` seconds. Returns the workloads that
         were still running (their supervisors are gone; what they wrote stands)."""
         raise NotImplementedError
+
+
+def load(settings: Settings) -> BaseExecutor:
+    """The executor ``[core] executor`` names (constructing one starts nothing)."""
+    name = settings.core.executor
+    if name == "local":
+        from spawnflow.executors.local import LocalExecutor
+
+        return LocalExecutor(settings)
+    if name == "celery":
+        from spawnflow.executors.celery_executor import CeleryExecutor
+
+        return CeleryExecutor(settings)
+    module_name, _, class_name = name.replace(":", ".").rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise UserError(f"[core] executor {name!r} cannot be loaded: {error}") from None
+    if not (isinstance(found, type) and issubclass(found, BaseExecutor)):
+        raise UserError(f"[core] executor {name!r} is not a subclass of BaseExecutor")
+    return found(settings)

@@ -34,6 +34,8 @@ class SerializedTask(msgspec.Struct, frozen=True):
     arguments: dict[str, Any]
     #: URIs of the Assets the task updates, in the task's order.
     outlets: list[str] = msgspec.field(default_factory=list)
+    #: The Celery executor's queue for it (None: [celery] default_queue).
+    queue: str | None = None
 
 
 class SerializedDag(msgspec.Struct, frozen=True, dict=True):
@@ -146,6 +148,7 @@ def _task(task: Task) -> SerializedTask:
         trigger_rule=task.trigger_rule.value,
         arguments=task.arguments(),
         outlets=[asset.uri for asset in task.outlets],
+        queue=task.queue,
     )
 
 

@@ -42,9 +42,9 @@ class Task:
     """Base of every task kind. ``kind`` names it in the serialized Dag.
 
     Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
-    ``execution_timeout``, ``trigger_rule`` (each defaulting to the Dag's
-    ``default_args``) and ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list
-    the task updates.
+    ``execution_timeout``, ``trigger_rule``, ``queue`` (the Celery executor's queue;
+    each defaulting to the Dag's ``default_args``) and ``outlets``, the
+    :class:`~spawnflow.sdk.assets.Asset` list the task updates.
     """
 
     kind = "task"
@@ -59,6 +59,7 @@ class Task:
         execution_timeout: dt.timedelta | None = None,
         trigger_rule: str | TriggerRule | None = None,
         outlets: Sequence[Asset] | None = None,
+        queue: str | None = None,
     ):
         from spawnflow.sdk.building import current_dag
 
@@ -84,6 +85,7 @@ class Task:
                 _pick(trigger_rule, defaults, "trigger_rule", TriggerRule.ALL_SUCCESS)
             )
             self.outlets: list[Asset] = _outlets(outlets)
+            self.queue: str | None = _queue(_pick(queue, defaults, "queue", None))
         except ValueError as error:
             raise self.dag.definition_error(str(error), task_id=task_id) from None
         self.upstream_task_ids: set[str] = set()
@@ -402,3 +404,12 @@ def _trigger_rule(value: Any) -> TriggerRule:
     except ValueError:
         allowed = ", ".join(rule.value for rule in TriggerRule)
         raise ValueError(f"trigger_rule {value!r} must be one of {allowed}") from None
+
+
+def _queue(value: object) -> str | None:
+    """A Celery queue's name: a word without spaces (None: ``[celery] default_queue``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise ValueError(f"queue must be a queue's name without spaces, not {value!r}")
+    return value

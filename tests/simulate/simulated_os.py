@@ -30,7 +30,11 @@ Windows:
     ``WaitForMultipleObjects`` does under Python 3.11 and 3.12;
   * a console's Ctrl-C reaches every process attached to it: since no process
     moves to a group of its own here, a SIGINT sent to the group a test started
-    reaches the whole tree (:func:`console_interrupt`).
+    reaches the whole tree (:func:`console_interrupt`);
+  * a process born ignoring the console's Ctrl-C starts every program ignoring it
+    too, as Windows' inherited flag does whatever handler the process installed
+    since (a SIGINT ignored from birth stands in for that flag here, and a handler
+    installed later would otherwise hand an exec'd program SIGINT's default).
 
 macOS:
   * spawnflow's platform is ``MACOS``: spawn by default, no parent-death signal;
@@ -116,6 +120,8 @@ def activate(name: str) -> None:
         signal.raise_signal = _raise_like_windows
         signal.SIGBREAK = signal.SIGUSR2  # type: ignore[attr-defined]
         time.sleep = _interruptible_sleep
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            hooks.add("subprocess", _programs_born_ignoring_ctrl_c)
         for package in ("multiprocess", "multiprocessing"):
             hooks.add(f"{package}.context", _spawn_only)
             hooks.add(f"{package}.connection", _windows_waits)
@@ -215,6 +221,23 @@ def _interruptible_sleep(seconds: float) -> None:
         real.sleep(min(left, SLICE))  # a pending handler runs between two slices
 
 
+def _programs_born_ignoring_ctrl_c(module: types.ModuleType) -> None:
+    """Windows: this process was born ignoring the console's Ctrl-C, so each program it
+    starts is too (the flag is inherited, independent of this process's handlers)."""
+    popen = module.Popen
+    starts = popen.__init__
+
+    def __init__(self: Any, *args: Any, preexec_fn: Any = None, **kwargs: Any) -> None:
+        def ignoring_ctrl_c() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            if preexec_fn is not None:
+                preexec_fn()
+
+        starts(self, *args, preexec_fn=ignoring_ctrl_c, **kwargs)
+
+    popen.__init__ = __init__
+
+
 def _spawn_only(module: types.ModuleType) -> None:
     contexts = module._concrete_contexts
     for method in ("fork", "forkserver"):
@@ -256,12 +279,18 @@ def _windows_waits(module: types.ModuleType) -> None:
         setattr(connection, name, interruptible)
 
 
+#: Libraries that import what Windows lacks only when ``sys.platform`` says POSIX.
+_POSIX_BY_PLATFORM = ("psutil", "billiard", "kombu", "celery")
+
+
 class _HiddenStdlib(importlib.abc.MetaPathFinder):
     """Standard-library modules the simulated OS does not have.
 
     A module of that name elsewhere on ``sys.path`` (a ``resource.py`` in a Dags
-    folder, say) is still found, as it would be there. psutil's Linux backend, which
-    stands in for its Windows one here, still imports the real ones.
+    folder, say) is still found, as it would be there. Libraries that choose their
+    POSIX code by ``sys.platform`` (which stays ``linux``), and so stand in for their
+    Windows code here, still import the real ones: psutil's Linux backend, and Celery's
+    stack (billiard, kombu, celery).
     """
 
     def __init__(self, names: tuple[str, ...]):
@@ -274,7 +303,7 @@ class _HiddenStdlib(importlib.abc.MetaPathFinder):
             sys.modules.pop(name, None)
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in self.names or _importer().startswith("psutil"):
+        if name not in self.names or _importer().startswith(_POSIX_BY_PLATFORM):
             return None
         elsewhere = [
             entry for entry in sys.path if os.path.abspath(entry or ".") not in self.stdlib

@@ -124,9 +124,9 @@ class Scheduler:
     def run(self, *, num_loops: int | None = None, until: Callable[[], bool] | None = None) -> None:
         """Loop until stopped, ``num_loops`` turns, or ``until()`` says so."""
         if self.executor is None:
-            from spawnflow.executors.local import LocalExecutor
+            from spawnflow.executors import load
 
-            self.executor = LocalExecutor(self.settings)
+            self.executor = load(self.settings)  # [core] executor
         stopping = lifecycle.stop_requested.is_set
         try:
             outage.ride_out(self._register, what="registering the scheduler", give_up=stopping)

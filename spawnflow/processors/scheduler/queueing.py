@@ -121,7 +121,7 @@ def _queue_one(
         execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
         log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
         outlets=list(task.outlets), partition_key=run.partition_key,
-        multiprocessing_start_method=_task_multiprocessing(settings),
+        multiprocessing_start_method=_task_multiprocessing(settings), queue=task.queue,
         triggering_asset_events=(
             triggering_events(session, run.id) if run.run_type == RunType.ASSET_TRIGGERED else {}
         ),

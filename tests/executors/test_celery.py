@@ -1,0 +1,358 @@
+"""The Celery executor with real brokers (Redis, RabbitMQ) and real ``spawnflow celery
+worker`` processes, each with a home of its own (two machines), under each start method
+of the workers' supervisors (issue 17)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import MetaData, create_engine, text
+
+from spawnflow.executors.celery_executor import CeleryExecutor
+from tests.conftest import _server_database, backends_under_test, required_backends
+from tests.oskit import start_in_console
+
+pytest.importorskip("celery", reason="the Celery executor needs spawnflow[celery]")
+
+pytestmark = [
+    pytest.mark.process,
+    pytest.mark.skipif(sys.platform == "win32", reason="the test's Dags run POSIX shell commands"),
+]
+
+BROKERS = {
+    "redis": os.environ.get("SPAWNFLOW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "rabbitmq": os.environ.get(
+        "SPAWNFLOW_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//"
+    ),
+}
+FAN_OUT = 30
+
+DAGS = """
+import datetime as dt
+import os
+
+from spawnflow import CommandTask, Dag
+
+MARK = 'touch "$MARKS/{task}.$SPAWNFLOW_TEST_WORKER.$$"'
+
+with Dag("fan", schedule=None, start_date=dt.datetime(2026, 1, 1)):
+    for n in range(int(os.environ["FAN_OUT"])):
+        CommandTask(f"t{n}", MARK.format(task=f"t{n}"))
+    for n in range(2):
+        CommandTask(f"special{n}", MARK.format(task=f"special{n}"),
+                    queue=os.environ["SPECIAL_QUEUE"])
+
+with Dag("slow", schedule=None, start_date=dt.datetime(2026, 1, 1)):
+    CommandTask("sleeps", "sleep 120", execution_timeout=dt.timedelta(seconds=2))
+
+with Dag("gated", schedule=None, start_date=dt.datetime(2026, 1, 1),
+         default_args={"retries": 1, "retry_delay": dt.timedelta(seconds=0)}):
+    CommandTask("waits", 'touch "$MARKS/started.$SPAWNFLOW_TEST_WORKER.$$"; '
+                'while [ ! -e "$MARKS/open" ]; do sleep 0.1; done; '
+                'touch "$MARKS/waits.$SPAWNFLOW_TEST_WORKER.$$"')
+"""
+
+
+class TwiceExecutor(CeleryExecutor):
+    """Sends every workload twice, as an at-least-once broker may deliver it."""
+
+    def queue(self, workload):
+        super().queue(workload)
+        super().queue(workload)
+
+
+def _reachable(url: str) -> str | None:
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=3) as connection:
+            connection.ensure_connection(max_retries=1, timeout=3)
+    except Exception as error:  # the transport's own errors
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+@pytest.fixture(params=["redis"])
+def broker(request) -> str:
+    """The broker (each test runs on Redis; the fan-out on RabbitMQ too)."""
+    url = BROKERS[request.param]
+    why = _reachable(url)
+    if why is not None:
+        reason = f"{request.param} at {url} is unavailable: {why}"
+        if request.param in required_backends():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return url
+
+
+every_broker = pytest.mark.parametrize("broker", list(BROKERS), indirect=True)
+
+
+@pytest.fixture
+def metadata_url(tmp_path: Path, worker_id: str, testrun_uid: str) -> str:
+    """The metadata database the scheduler and the workers share: PostgreSQL where the
+    run tests it, else a SQLite file (one machine's stand-in)."""
+    if "postgres" in backends_under_test():
+        url = _server_database("postgres", f"spawnflow_test_{testrun_uid[:10]}_{worker_id}")
+        # Emptied (the site migrates it): this worker's earlier tests ran the same Dags.
+        engine = create_engine(url)
+        try:
+            tables = MetaData()
+            tables.reflect(engine)
+            tables.drop_all(engine)
+        finally:
+            engine.dispose()
+        return url
+    return f"sqlite:///{(tmp_path / 'shared.db').as_posix()}"
+
+
+class Site:
+    """A scheduler's machine and its workers' machines, on one broker and one database."""
+
+    def __init__(self, tmp_path: Path, method: str, broker: str, database: str) -> None:
+        self.tmp_path = tmp_path
+        self.dags = tmp_path / "dags"
+        self.dags.mkdir()
+        (self.dags / "celery_dags.py").write_text(DAGS)
+        self.marks = tmp_path / "marks"
+        self.marks.mkdir()
+        self.tag = uuid.uuid4().hex[:10]
+        self.queue = f"spawnflow-{self.tag}"
+        self.special = f"{self.queue}-special"
+        self.common = {
+            "SPAWNFLOW__DATABASE__URL": database,
+            "SPAWNFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "SPAWNFLOW__CORE__LOAD_EXAMPLES": "false",
+            "SPAWNFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "false",
+            "SPAWNFLOW__CORE__EXECUTOR": "celery",
+            "SPAWNFLOW__CORE__MP_START_METHOD": method,
+            "SPAWNFLOW__CORE__STOP_GRACE_PERIOD": "5",
+            "SPAWNFLOW__CELERY__BROKER_URL": broker,
+            "SPAWNFLOW__CELERY__DEFAULT_QUEUE": self.queue,
+            "SPAWNFLOW__EXECUTOR__PARALLELISM": "4",
+            "SPAWNFLOW__EXECUTOR__HEARTBEAT_INTERVAL": "0.2",
+            "SPAWNFLOW__SCHEDULER__LOOP_INTERVAL": "0.1",
+            "SPAWNFLOW__SCHEDULER__TASK_HEARTBEAT_TIMEOUT": "5",
+            "MARKS": str(self.marks),
+            "FAN_OUT": str(FAN_OUT),
+            "SPECIAL_QUEUE": self.special,
+        }
+        self.workers: list[subprocess.Popen] = []
+
+    def env(self, machine: str, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+        env.update(self.common, SPAWNFLOW_HOME=str(self.tmp_path / machine),
+                   SPAWNFLOW_TEST_WORKER=machine, **extra)  # fmt: skip
+        return env
+
+    def spawnflow(self, *args: str, machine: str = "scheduler", **extra: str):
+        return subprocess.run([sys.executable, "-m", "spawnflow", *args], capture_output=True,
+                              text=True, env=self.env(machine, **extra), timeout=300)  # fmt: skip
+
+    def start_worker(self, machine: str, queues: str, **extra: str) -> subprocess.Popen:
+        log = self.tmp_path / machine / "logs" / "celery-worker.log"
+        output = (self.tmp_path / f"{machine}.out").open("w")
+        worker = start_in_console(
+            [sys.executable, "-m", "spawnflow", "celery", "worker", "-q", queues, "-c", "2",
+             "-n", self.hostname(machine)],
+            env=self.env(machine, **extra), stdout=output, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        output.close()
+        self.workers.append(worker)
+        what = f"{machine} ready (its output: {self.tmp_path / f'{machine}.out'})"
+        wait_for(lambda: log.exists() and " ready." in log.read_text(), what, worker)
+        return worker
+
+    def hostname(self, machine: str) -> str:
+        """The Celery name of ``machine``'s worker: unique per test, since a broker
+        refuses two workers of one name (RabbitMQ locks each name's control queue)."""
+        return f"{machine}-{self.tag}@{socket.gethostname()}"
+
+    def run(self, dag_id: str, **extra: str) -> None:
+        """Parse, trigger ``dag_id`` and schedule until nothing is left to do."""
+        assert self.spawnflow("dag-processor", "--once").returncode == 0
+        triggered = self.spawnflow("dags", "trigger", dag_id)
+        assert triggered.returncode == 0, triggered.stderr
+        done = self.spawnflow("scheduler", "--exit-when-idle", **extra)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    def marks_of(self, prefix: str) -> list[tuple[str, str]]:
+        """(task, worker) of every mark whose task starts with ``prefix``."""
+        found = [p.name.split(".") for p in self.marks.iterdir() if p.name.startswith(prefix)]
+        return sorted((task, worker) for task, worker, _ in found)
+
+    def stop_workers(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            try:
+                worker.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+
+
+def wait_for(condition, what: str, process: subprocess.Popen | None = None,
+             timeout: float = 120) -> None:  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert process is None or process.poll() is None, f"{what}: it exited first"
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)  # polling files another process writes
+
+
+def states(url: str, dag_id: str) -> dict[str, tuple[str, int]]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = :d"
+            ), {"d": dag_id})  # fmt: skip
+            return {task: (state, tries) for task, state, tries in rows}
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def site(tmp_path, start_method, broker, metadata_url):
+    made = Site(tmp_path, start_method, broker, metadata_url)
+    migrated = made.spawnflow("db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    try:
+        yield made
+    finally:
+        made.stop_workers()
+
+
+@every_broker
+def test_two_workers_run_a_fan_out_once_each_and_queues_route(site, metadata_url):
+    site.start_worker("machine-a", site.queue)
+    site.start_worker("machine-b", f"{site.queue},{site.special}")
+
+    site.run("fan")
+
+    ran = site.marks_of("t")
+    assert sorted(task for task, _ in ran) == sorted(f"t{n}" for n in range(FAN_OUT))  # once each
+    assert site.marks_of("special") == [("special0", "machine-b"), ("special1", "machine-b")]
+    assert set(states(metadata_url, "fan").values()) == {("success", 1)}
+    status = site.spawnflow("celery", "status")
+    assert status.returncode == 0, status.stderr
+    assert {line.split()[0] for line in status.stdout.splitlines()[2:]} >= {
+        site.hostname("machine-a"), site.hostname("machine-b")
+    }  # fmt: skip
+
+
+def test_a_message_delivered_twice_runs_its_try_once(site, metadata_url):
+    site.start_worker("machine-a", site.queue)
+    site.start_worker("machine-b", f"{site.queue},{site.special}")
+
+    site.run("fan", SPAWNFLOW__CORE__EXECUTOR=f"{__name__}:TwiceExecutor")
+
+    assert sorted(task for task, _ in site.marks_of("t")) == sorted(f"t{n}" for n in range(FAN_OUT))
+    assert len(site.marks_of("special")) == 2
+    assert set(states(metadata_url, "fan").values()) == {("success", 1)}
+
+
+def test_execution_timeout_is_enforced_on_a_celery_worker(site, metadata_url):
+    site.start_worker("machine-a", site.queue)
+
+    site.run("slow")
+
+    state, tries = states(metadata_url, "slow")["sleeps"]
+    assert (state, tries) == ("failed", 1)
+
+
+def test_a_task_whose_worker_is_killed_runs_again_on_the_other(site, metadata_url):
+    import psutil
+
+    first = site.start_worker("machine-a", site.queue)
+    scheduler = _start_scheduler(site, "gated")
+    wait_for(lambda: site.marks_of("started"), "the first try started", scheduler)
+    # The machine goes away: its worker, the worker's processes and the task's.
+    tree = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+    for process in tree:
+        process.kill()
+    first.wait(timeout=60)
+    (site.marks / "open").write_text("")
+    site.start_worker("machine-b", site.queue)
+
+    _finish(scheduler)
+    assert states(metadata_url, "gated")["waits"] == ("success", 2)
+    assert [worker for _, worker in site.marks_of("waits")] == ["machine-b"]
+
+
+def _start_scheduler(site: Site, dag_id: str) -> subprocess.Popen:
+    assert site.spawnflow("dag-processor", "--once").returncode == 0
+    assert site.spawnflow("dags", "trigger", dag_id).returncode == 0
+    return start_in_console(
+        [sys.executable, "-m", "spawnflow", "scheduler", "--exit-when-idle"],
+        env=site.env("scheduler"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _finish(scheduler: subprocess.Popen) -> str:
+    try:
+        _, stderr = scheduler.communicate(timeout=300)
+    finally:
+        if scheduler.poll() is None:
+            scheduler.kill()
+            scheduler.wait()
+    assert scheduler.returncode == 0, stderr[-3000:]
+    return stderr
+
+
+def _said(site: Site, machine: str, text: str) -> bool:
+    return text in (site.tmp_path / f"{machine}.out").read_text()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_warm_stop_lets_the_running_try_finish(site, metadata_url, how):
+    from tests.oskit import POSIX, press_ctrl_c
+
+    if how == "sigterm" and not POSIX:
+        pytest.skip("a Windows process gets no SIGTERM from another: os.kill terminates it")
+    worker = site.start_worker("machine-a", site.queue)
+    scheduler = _start_scheduler(site, "gated")
+    wait_for(lambda: site.marks_of("started"), "the try started", scheduler)
+
+    if how == "sigterm":
+        worker.send_signal(signal.SIGTERM)
+    else:
+        press_ctrl_c(worker)  # on a Windows console, every process of the tree gets it
+    wait_for(lambda: _said(site, "machine-a", "Warm shutdown"), "the warm stop began", worker)
+    (site.marks / "open").write_text("")
+
+    assert worker.wait(timeout=120) == 0  # a warm stop that let its tries end
+    _finish(scheduler)
+    assert states(metadata_url, "gated")["waits"] == ("success", 1)
+    assert [machine for _, machine in site.marks_of("waits")] == ["machine-a"]
+
+
+def test_a_second_ctrl_c_stops_the_worker_and_its_task_at_once(site, metadata_url):
+    from tests.oskit import press_ctrl_c
+
+    worker = site.start_worker("machine-a", site.queue)
+    scheduler = _start_scheduler(site, "gated")
+    wait_for(lambda: site.marks_of("started"), "the try started", scheduler)
+
+    press_ctrl_c(worker)
+    wait_for(lambda: _said(site, "machine-a", "Warm shutdown"), "the warm stop began", worker)
+    press_ctrl_c(worker)
+    worker.wait(timeout=120)  # with the gate shut, only a cold stop ends it
+    site.start_worker("machine-b", site.queue)
+    (site.marks / "open").write_text("")
+
+    _finish(scheduler)
+    # The try that the cold stop ended is retried elsewhere; its task process did not
+    # outlive the worker (it would have left a mark of machine-a's once the gate opened).
+    assert states(metadata_url, "gated")["waits"] == ("success", 2)
+    assert [machine for _, machine in site.marks_of("waits")] == ["machine-b"]
