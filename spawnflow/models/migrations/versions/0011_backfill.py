@@ -51,5 +51,4 @@ def downgrade() -> None:
         batch.drop_constraint(op.f("fk_dag_run_backfill_id_backfill"), type_="foreignkey")
         batch.drop_index(op.f("ix_dag_run_backfill_id"))
         batch.drop_column("backfill_id")
-    op.drop_index(op.f("ix_backfill_dag_id"), table_name="backfill")
-    op.drop_table("backfill")
+    op.drop_table("backfill")  # with its index (MySQL keeps one a foreign key needs)
