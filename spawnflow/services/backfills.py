@@ -327,19 +327,32 @@ def run_backfill(settings: Settings, backfill_id: int,
     in this process (as ``dags test`` does), limited to those runs; ``on_progress`` after
     each turn of the loop. A stop request (Ctrl-C) ends it at once: the runs stay queued
     or running, and the tasks it cut short are queued again, for a resume."""
+    from spawnflow.bootstrap import launcher
+    from spawnflow.bootstrap.child import stop_many
     from spawnflow.processors.scheduler.job import Scheduler
+    from spawnflow.services.testing import TRIGGERER_TARGET
 
     with orm.session_scope(write=False) as session:
         ids = set(session.scalars(select(DagRun.id).where(DagRun.backfill_id == backfill_id)))
     latest = [progress(backfill_id)]
+    triggerer: list[launcher.Child] = []
 
-    def report(_summary) -> None:
+    def report(summary) -> None:
         latest[0] = progress(backfill_id)
         on_progress(latest[0])
+        if not triggerer and summary.deferred_tasks:
+            # A task deferred: a triggerer for the backfill's triggers, as `dags test`
+            # starts one, until the backfill ends.
+            spec = launcher.ChildSpec("triggerer", TRIGGERER_TARGET, {"only_runs": sorted(ids)},
+                                      settings=settings, warm_stop_group=False)  # fmt: skip
+            triggerer.append(launcher.launch(spec))
 
     on_progress(latest[0])
     if not latest[0].completed:
         # The configured executor; the Dag's other runs are left to the scheduler.
         scheduler = Scheduler(settings, only_runs=ids, on_loop=report)
-        scheduler.run(until=lambda: latest[0].completed)
+        try:
+            scheduler.run(until=lambda: latest[0].completed)
+        finally:
+            stop_many(triggerer)
     return latest[0]

@@ -127,3 +127,39 @@ def test_a_backfill_recorded_without_waiting_is_run_by_the_scheduler(start_metho
     assert runs_per_date(url) == {f"2026-01-0{n}": (1, "success") for n in (4, 5, 6)}
     assert query(url, "SELECT COUNT(*) FROM backfill WHERE completed_at IS NOT NULL") == [(1,)]
     assert "backfill completed" in scheduler.stderr
+
+
+DEFERRING = """
+import datetime as dt
+from spawnflow import Dag, TaskDeferred, task
+from deferral_helpers import SleepyTrigger
+
+with Dag("daily_deferring", schedule="@daily", start_date=dt.datetime(2026, 1, 1)):
+    @task
+    def sleepy():
+        raise TaskDeferred(trigger=SleepyTrigger(0.2), method_name="resume_sleepy")
+
+    sleepy()
+
+
+def resume_sleepy(event):
+    return event
+"""
+
+
+def test_a_backfill_of_a_deferring_dag_gets_a_triggerer_of_its_own(start_method, home, tmp_path):
+    from tests.triggerer.harness import write_dags
+
+    dags = tmp_path / "dags"
+    write_dags(dags, tmp_path / "gates", tmp_path / "marks")
+    (dags / "daily_deferring.py").write_text(DEFERRING)
+    url = f"sqlite:///{(tmp_path / 'deferring.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
+                      SPAWNFLOW__TRIGGERER__POLL_INTERVAL="0.1")  # fmt: skip
+    for command in (["db", "migrate"], ["dag-processor", "--once"]):
+        assert spawnflow(*command, env=env).returncode == 0
+    done = spawnflow("dags", "backfill", "daily_deferring", "-s", "2026-01-01", "-e",
+                     "2026-01-02", env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "Backfill 1 completed: 2 run(s) succeeded, 0 failed."
+    assert query(url, "SELECT DISTINCT state FROM task_instance") == [("success",)]
