@@ -91,6 +91,7 @@ def cli(ctx: click.Context, assignments: tuple[str, ...], verbose: bool, **flags
 def _register() -> None:
     from spawnflow.commands import (
         assets,
+        backfill,
         celery,
         completion,
         config,
@@ -120,6 +121,7 @@ def _register() -> None:
     for command in (dag_runs.list_runs_command, dag_runs.state_command,
                     dag_runs.next_execution_command):  # fmt: skip
         dags.dags_group.add_command(command)
+    dags.dags_group.add_command(backfill.backfill_command)
     cli.add_command(scheduler.scheduler_command)
     cli.add_command(scheduler.standalone_command)
     cli.add_command(status.status_command)

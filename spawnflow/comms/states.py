@@ -77,6 +77,20 @@ class RunType(StrEnum):
     MANUAL = "manual"
     #: Created when the assets it is scheduled on were updated.
     ASSET_TRIGGERED = "asset_triggered"
+    #: Created by ``spawnflow dags backfill`` for a past logical date.
+    BACKFILL = "backfill"
+
+
+class ReprocessBehavior(StrEnum):
+    """Which logical dates a backfill runs again when they already have a run (Airflow's
+    names). A date whose run is queued or running is never run twice."""
+
+    #: Only dates that have no run at all.
+    NONE = "none"
+    #: Those too whose run failed.
+    FAILED = "failed"
+    #: Every date: runs that succeeded run again too.
+    COMPLETED = "completed"
 
 
 class JobState(StrEnum):

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         PendingAssetMapping,
         PendingAssetRun,
     )
+    from spawnflow.models.backfill import Backfill
     from spawnflow.models.base import Base
     from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
     from spawnflow.models.job import Job
@@ -31,13 +32,14 @@ if TYPE_CHECKING:
     from spawnflow.models.triggers import AssetStateValue, TaskStateValue, Trigger
 
 #: The modules that define tables, loaded together on the first name asked for.
-_TABLE_MODULES = ("assets", "base", "dag", "job", "run", "triggers")
+_TABLE_MODULES = ("assets", "backfill", "base", "dag", "job", "run", "triggers")
 
 __all__ = [
     "AssetEvent",
     "AssetModel",
     "AssetStateValue",
     "AssetWakeRequest",
+    "Backfill",
     "Base",
     "DagAssetReference",
     "DagAssetWatcher",

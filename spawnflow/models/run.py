@@ -47,6 +47,10 @@ class DagRun(Base):
     conf: Mapped[str] = mapped_column(Text, default="{}")
     #: The partition a partition-driven run is for (see :mod:`spawnflow.models.assets`).
     partition_key: Mapped[str | None] = mapped_column(String(250))
+    #: The backfill that made (or ran again) this run (see :mod:`spawnflow.models.backfill`).
+    backfill_id: Mapped[int | None] = mapped_column(
+        Integer, ForeignKey("backfill.id", ondelete="SET NULL"), index=True
+    )
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     start_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     end_date: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))

@@ -92,21 +92,31 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> Cleared:
                 raise UserError(
                     f"task {task_id!r} is no longer in Dag {dag_id!r}; it cannot run again"
                 )
-            stored += xcoms.stored_values(session, run, ti)
-            session.execute(delete(XCom).where(XCom.task_instance_id == ti.id))
             retries = document.task(task_id).retries if document else 0
-            ti.max_tries = ti.try_number + retries  # every retry is available again
-            if ti.state in (TaskState.RUNNING, TaskState.RESTARTING):
-                ti.state, ti.last_heartbeat = TaskState.RESTARTING, runs.utcnow()
-            else:
-                ti.state = TaskState.NONE
-                end_deferral(ti)  # a deferred one stops waiting: the triggerer drops its trigger
-            ti.reason, ti.next_try_at, ti.end_date = None, None, None
+            stored += clear_task_instance(session, run, ti, retries)
             cleared.append(task_id)
         if run.state in DagRunState.FINISHED:
             run.state, run.end_date = DagRunState.QUEUED, None
     cleared.purge_failures = xcoms.purge(settings_module.current(), stored)
     return cleared
+
+
+def clear_task_instance(session, run: DagRun, ti: TaskInstance, retries: int) -> list:
+    """Clear one task instance of ``run`` in ``session`` (see :func:`clear`): its XCom rows
+    deleted, its retries available again. The values an XCom backend kept elsewhere, for
+    :func:`spawnflow.services.xcoms.purge` once the session committed."""
+    from spawnflow.services import xcoms
+
+    stored = xcoms.stored_values(session, run, ti)
+    session.execute(delete(XCom).where(XCom.task_instance_id == ti.id))
+    ti.max_tries = ti.try_number + retries  # every retry is available again
+    if ti.state in (TaskState.RUNNING, TaskState.RESTARTING):
+        ti.state, ti.last_heartbeat = TaskState.RESTARTING, runs.utcnow()
+    else:
+        ti.state = TaskState.NONE
+        end_deferral(ti)  # a deferred one stops waiting: the triggerer drops its trigger
+    ti.reason, ti.next_try_at, ti.end_date = None, None, None
+    return stored
 
 
 def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:

@@ -64,6 +64,7 @@ TAKING_A_DAG = [
     ["dags", "state", "lsted", "latest"],
     ["dags", "state", "lsted", "r1"],
     ["dags", "next-execution", "lsted"],
+    ["dags", "backfill", "lsted", "-s", "2026-01-01", "-e", "2026-01-02", "--dry-run"],
     ["runs", "list", "--dag-id", "lsted"],
     ["tasks", "list", "lsted"],
     ["tasks", "test", "lsted", "only"],

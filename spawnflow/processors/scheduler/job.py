@@ -38,7 +38,7 @@ from spawnflow.executors import BaseExecutor, TaskEnded, WorkerLost
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
-from spawnflow.processors.scheduler import asset_runs, cut_short, runs, waiting
+from spawnflow.processors.scheduler import asset_runs, backfills, cut_short, runs, waiting
 from spawnflow.processors.scheduler.queueing import queue_tasks
 
 if TYPE_CHECKING:
@@ -54,6 +54,8 @@ HEARTBEAT_EVERY = 5.0
 STALE_TASKS_EVERY = 10.0
 #: Seconds between two looks for deferrals whose trigger timed out.
 DEFERRAL_TIMEOUTS_EVERY = 1.0
+#: Seconds between two looks for backfills whose runs have all finished.
+BACKFILLS_EVERY = 5.0
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Scheduler:
             "heartbeat": min(HEARTBEAT_EVERY, job_timeout / 4),
             "stale tasks": min(STALE_TASKS_EVERY, task_timeout / 4),
             "deferral timeouts": DEFERRAL_TIMEOUTS_EVERY,
+            "backfills": BACKFILLS_EVERY,
         }
         self._next: dict[str, float] = {}
 
@@ -290,6 +293,13 @@ class Scheduler:
             level = logging.INFO if state == DagRunState.SUCCESS else logging.ERROR
             log.log(level, "run finished", dag_id=dag_id, run_id=run_id, state=state,
                     seconds=seconds)  # fmt: skip
+        # A backfill completes when its last run ends; the clock catches those whose
+        # last run another scheduler ended, or this one before a crash.
+        if ended_runs or self._due("backfills"):
+            with orm.session_scope() as session:
+                completed = backfills.complete_backfills(session, now)
+            for backfill_id, dag_id in completed:
+                log.info("backfill completed", dag_id=dag_id, backfill_id=backfill_id)
         stale, deferrals = self._due("stale tasks"), self._due("deferral timeouts")
         if stale or deferrals:
             with orm.session_scope() as session:

@@ -13,15 +13,16 @@ import json
 from collections.abc import Iterable
 from typing import Any, overload
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from spawnflow.comms.states import DagRunState, RunType, TaskState
+from spawnflow.models.backfill import Backfill
 from spawnflow.models.base import one_of
 from spawnflow.models.dag import DagModel, SerializedDagModel
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
-from spawnflow.processors.scheduler.timetable import next_interval
+from spawnflow.processors.scheduler.timetable import Interval, next_interval
 from spawnflow.sdk import serialize
 from spawnflow.sdk.schedule import zone_from_name
 
@@ -113,18 +114,17 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
         doc = bag.get(session, model.dag_id)
         if doc is None or doc.schedule.kind in ("manual", "assets"):
             continue  # triggered, or asset-triggered (see asset_runs)
+        # A backfill's runs count against the backfill's own limit, not the Dag's.
         active = session.scalar(
             select(func.count()).where(
-                DagRun.dag_id == model.dag_id, DagRun.state.in_(DagRunState.ACTIVE)
+                DagRun.dag_id == model.dag_id, DagRun.state.in_(DagRunState.ACTIVE),
+                DagRun.backfill_id.is_(None),
             )
-        )
+        )  # fmt: skip
         assert active is not None  # COUNT(*) always returns a row
         if active >= doc.max_active_runs:
             continue
-        interval = next_interval(
-            doc.schedule, doc.start_date, doc.end_date, doc.catchup,
-            last_scheduled(session, model.dag_id), now, zone_from_name(doc.timezone),
-        )  # fmt: skip
+        interval = _next_unbackfilled(session, doc, model.dag_id, now)
         if interval is None:
             continue
         session.add(DagRun(
@@ -134,6 +134,31 @@ def create_due_runs(session: Session, bag: DagBag, now: dt.datetime) -> int:
         ))  # fmt: skip
         created += 1
     return created
+
+
+def _next_unbackfilled(
+    session: Session, doc: serialize.SerializedDag, dag_id: str, now: dt.datetime
+) -> Interval | None:
+    """The next due interval of the Dag's schedule, past those whose logical date a
+    backfill already ran (a date gets one run: the schedule goes on after them)."""
+    zone = zone_from_name(doc.timezone)
+    last = last_scheduled(session, dag_id)
+    interval = next_interval(doc.schedule, doc.start_date, doc.end_date, doc.catchup, last,
+                             now, zone)  # fmt: skip
+    if interval is None:
+        return None
+    backfilled = {
+        aware(moment) for moment in session.scalars(
+            select(DagRun.logical_date).where(
+                DagRun.dag_id == dag_id, DagRun.run_type == RunType.BACKFILL,
+                DagRun.logical_date >= interval.start,
+            )
+        )
+    }  # fmt: skip
+    while interval is not None and interval.start in backfilled:
+        interval = next_interval(doc.schedule, doc.start_date, doc.end_date, doc.catchup,
+                                 interval.start, now, zone)  # fmt: skip
+    return interval
 
 
 def last_scheduled(session: Session, dag_id: str) -> dt.datetime | None:
@@ -173,17 +198,29 @@ def start_queued_runs(
         query.order_by(DagRun.logical_date, DagRun.id).with_for_update(skip_locked=True)
     ).all()
     started = 0
+    backfill_limits: dict[int, int] = {}
     for run in queued:
         doc = bag.get(session, run.dag_id)
         if doc is None:
             continue
+        # A backfill's runs start within the backfill's max_active_runs, the Dag's
+        # other runs within the Dag's: neither holds up the other.
+        alike: ColumnElement[bool]
+        if run.backfill_id is None:
+            limit, alike = doc.max_active_runs, DagRun.backfill_id.is_(None)
+        else:
+            if run.backfill_id not in backfill_limits:
+                backfill_limits[run.backfill_id] = session.scalar(
+                    select(Backfill.max_active_runs).where(Backfill.id == run.backfill_id)
+                ) or 1  # fmt: skip
+            limit, alike = backfill_limits[run.backfill_id], DagRun.backfill_id == run.backfill_id
         running = session.scalar(
             select(func.count()).where(
-                DagRun.dag_id == run.dag_id, DagRun.state == DagRunState.RUNNING
+                DagRun.dag_id == run.dag_id, DagRun.state == DagRunState.RUNNING, alike
             )
         )
         assert running is not None  # COUNT(*) always returns a row
-        if running >= doc.max_active_runs:
+        if running >= limit:
             continue
         run.state, run.start_date = DagRunState.RUNNING, now
         existing = set(session.scalars(

@@ -84,6 +84,43 @@ def upcoming(
     return found
 
 
+def between(
+    schedule: Schedule,
+    start_date: dt.datetime | None,
+    end_date: dt.datetime | None,
+    first: dt.datetime,
+    last: dt.datetime,
+    zone: dt.tzinfo = UTC,
+) -> list[Interval]:
+    """The intervals whose logical date (their start) lies in ``[first, last]``, both
+    included, within the Dag's own start and end dates: the runs a backfill of that
+    range makes. None for a manual, asset or ``@once`` schedule."""
+    if schedule.kind in ("manual", "assets", "once") or start_date is None:
+        return []
+    start_date = start_date.astimezone(zone)
+    first = max(first.astimezone(zone), start_date)
+    if end_date is not None:
+        last = min(last, end_date)
+    found: list[Interval] = []
+    candidate = _first_at_or_after(schedule, start_date, first)
+    while candidate.start <= last:
+        found.append(_in_utc(candidate))
+        candidate = _after(schedule, candidate.start, start_date)
+    return found
+
+
+def _first_at_or_after(schedule: Schedule, start_date: dt.datetime, moment: dt.datetime):
+    """The first interval of the schedule (aligned on ``start_date``) that starts at or
+    after ``moment`` (not before ``start_date``)."""
+    if schedule.kind == "interval":
+        delta = _delta(schedule)
+        steps = max(0, -((start_date - moment) // delta))  # ceil((moment - start) / delta)
+        start = start_date + steps * delta
+        return Interval(start, start + delta)
+    start = _tick_at_or_after(schedule, moment)
+    return Interval(start, _tick_after(schedule, start))
+
+
 def _next_candidate(
     schedule: Schedule,
     start_date: dt.datetime,
