@@ -30,6 +30,7 @@ from spawnflow.comms.tasks import (
     XComPull,
     XComPush,
 )
+from spawnflow.comms.templates import RenderedFields
 from spawnflow.sdk import loading, runtime, state, templates, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
@@ -40,9 +41,9 @@ class TaskFailed(Exception):
     """The task's own failure, with a reason for its task instance."""
 
 
-def run_task(channel, workload: Workload) -> None:
-    """Run one try of one task and report how it ended."""
-    context = {
+def _context(workload: Workload) -> dict[str, Any]:
+    """The task's runtime context (``get_current_context``)."""
+    return {
         "dag_id": workload.dag_id,
         "task_id": workload.task_id,
         "run_id": workload.run_id,
@@ -59,6 +60,11 @@ def run_task(channel, workload: Workload) -> None:
             runtime.ask, lambda: state.load_backend(settings_module.current()),
         ),
     }  # fmt: skip
+
+
+def run_task(channel, workload: Workload) -> None:
+    """Run one try of one task and report how it ended."""
+    context = _context(workload)
     runtime.install(channel, context)
     logger = logs.get_logger("spawnflow.task")
     resuming = workload.next_method is not None
@@ -103,6 +109,42 @@ def run_task(channel, workload: Workload) -> None:
         return
     logger.info("task succeeded", task_id=workload.task_id)
     channel.send(TaskOutcome(state=TaskState.SUCCESS))
+
+
+def render_task(channel, workload: Workload) -> None:
+    """The task process of ``tasks render``: render the task's template fields, send them
+    (:class:`RenderedFields`, each as the try's log would show it) and run nothing."""
+    context = _context(workload)
+    runtime.install(channel, context)
+    try:
+        task = _find_task(workload)
+        channel.send(TaskStarting())
+        renderer = templates.Renderer(task, context)
+        renderer.render_fields()
+        shown = {}
+        for field in templates.template_fields(task):
+            value = getattr(task, field, None)
+            if callable(value):  # @task.command: its function builds the command
+                shown[field] = f"(the command {_name(value)} returns when the task runs)"
+            else:
+                shown[field] = renderer.shown(value)
+        runtime.ask(lambda id: RenderedFields(id=id, fields=shown))
+    except templates.TemplateError as error:
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(error)))
+        return
+    except TaskFailed as failure:
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+        return
+    except Exception as error:  # noqa: BLE001 - the Dag file's error, say, reported
+        traceback.print_exc()
+        reason = traceback.format_exception_only(type(error), error)[-1].strip()
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=reason))
+        return
+    channel.send(TaskOutcome(state=TaskState.SUCCESS))
+
+
+def _name(function: Any) -> str:
+    return getattr(function, "__qualname__", None) or repr(function)
 
 
 def _find_task(workload: Workload) -> Task:
