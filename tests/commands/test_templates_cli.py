@@ -170,3 +170,30 @@ def test_tasks_render_errors_are_one_sentence(project, args, fragments, code):
     result = run("tasks", "render", *args, env=project)
 
     assert_user_error(result, *fragments, exit_code=code)
+
+
+def test_the_readme_example_renders(project):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("### Templates") :]
+    code = section[section.index("```python\n") + 10 : section.index("```\n", 10)]
+    (Path(project["SPAWNFLOW__CORE__DAGS_FOLDER"]) / "exports.py").write_text(code)
+    assert run("variables", "set", "bucket", "s3://out", env=project).exit_code == 0
+    added = run("connections", "add", "warehouse", "--uri",
+                "postgres://etl:s3cret@db.internal:5432/shop", env=project)  # fmt: skip
+    assert added.exit_code == 0, added.output
+
+    export = run("tasks", "render", "exports", "export", "--logical-date", "2026-03-01",
+                 env=project)  # fmt: skip
+    week = run("tasks", "render", "exports", "week", "--logical-date", "2026-03-01", env=project)
+
+    assert export.exit_code == 0, export.output
+    assert export.stdout.splitlines()[:4] == [
+        "# command",
+        "export-table orders --day 2026-03-01 --rows None --bucket s3://out",  # no run yet
+        "# env",
+        '{"DB_HOST": "db.internal"}',
+    ]
+    assert week.exit_code == 0, week.output
+    assert week.stdout.splitlines()[:4] == [
+        "# templates_dict", '{"since": "2026-02-22"}', "# op_args", '["2026-03-01"]',
+    ]  # fmt: skip
