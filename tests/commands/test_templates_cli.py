@@ -42,6 +42,12 @@ with Dag("templated", params={{"greeting": "hello", "table": "orders"}}):
 
     python_side("{{{{ ds }}}}")
 
+    @task.command
+    def built(n):  # the command it returns is a template too
+        return "echo built {{{{ ds }}}} " + str(n)
+
+    built(3)
+
 with Dag("undefined_name"):
     CommandTask("broken", "echo {{{{ params.nosuch }}}}")
 '''
@@ -85,6 +91,7 @@ def assert_rendered(env: dict[str, str], run_id: str, logical: dt.datetime, gree
     ds = logical.strftime("%Y-%m-%d")
     assert xcom_of(env, run_id, "echo_it") == f"day={ds} var=eu rows=7 p={greeting}"
     assert xcom_of(env, run_id, "python_side") == f"{ds}: orders of templated"
+    assert xcom_of(env, run_id, "built") == f"built {ds} 3"
     log = run("tasks", "logs", "templated", run_id, "echo_it", env=env).stdout
     assert f"[stdout] env={logical.strftime('%Y%m%d')}" in log  # the env was rendered
     assert "template rendered" in log
@@ -107,7 +114,7 @@ def test_the_scheduler_renders_them_too(project):
 
     run_id, logical = latest_run(project)
     states = run("tasks", "states", "templated", run_id, env=project).stdout
-    assert states.count("success") == 3, states
+    assert states.count("success") == 4, states
     assert_rendered(project, run_id, logical, greeting="hello")
 
 
@@ -149,6 +156,11 @@ def test_tasks_render_for_a_date_without_a_run(project):
     ]  # fmt: skip
     echo = run("tasks", "render", "templated", "echo_it", "--logical-date", "2026-02-03",
                env=project)  # fmt: skip
+    built = run("tasks", "render", "templated", "built", env=project)
+    assert built.stdout.splitlines()[:2] == [
+        "# command",
+        "(the command built returns when the task runs)",
+    ]
     assert "echo day=2026-02-03 var=eu rows=None p=hello" in echo.stdout  # no run, no XCom
 
 

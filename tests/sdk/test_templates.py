@@ -198,3 +198,23 @@ def test_date_macros():
     assert ds_add("2026-02-28", 1) == "2026-03-01"
     assert ds_add("2026-03-01", -1) == "2026-02-28"
     assert ds_format("2026-03-01", "%Y-%m-%d", "%d/%m/%Y") == "01/03/2026"
+
+
+class Copy(Task):
+    """A task class of a user's own: its template fields are its to name."""
+
+    kind = "copy"
+    template_fields = ("source", "target")
+
+    def __init__(self, task_id: str, source: str, target: str, **kwargs):
+        self.source, self.target = source, target
+        super().__init__(task_id, **kwargs)
+
+
+def test_a_task_class_of_its_own_names_its_template_fields(supervisor):
+    with Dag("etl"):
+        task = Copy("copy", "/in/{{ ds }}", "/out/{{ params.table }}")
+    task.untemplated = "{{ ds }}"
+
+    assert rendered(task) == {"source": "/in/2026-03-01", "target": "/out/orders"}
+    assert task.untemplated == "{{ ds }}"
