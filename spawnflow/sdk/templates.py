@@ -36,6 +36,9 @@ _SENSITIVE = re.compile(
     r"secret|token",
     re.IGNORECASE,
 )
+#: Shorter secrets are not masked (Airflow's default too): hiding every "a" or "1" in a
+#: log would make it unreadable and tell a reader the secret anyway.
+_MIN_MASKED = 5
 
 
 class TemplateError(Exception):
@@ -100,7 +103,8 @@ class Renderer:
         """``value`` as the try's log shows it: secrets it read replaced by ``***``."""
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
+            if len(secret) >= _MIN_MASKED:
+                text = text.replace(secret, "***")
         return text
 
     # -- rendering ------------------------------------------------------------------
