@@ -209,3 +209,35 @@ def test_the_readme_example_renders(project):
     assert week.stdout.splitlines()[:4] == [
         "# templates_dict", '{"since": "2026-02-22"}', "# op_args", '["2026-03-01"]',
     ]  # fmt: skip
+
+
+SCRIPTED = """
+from spawnflow import CommandTask, Dag
+
+with Dag("scripted"):
+    CommandTask("from_file", "report.sh")
+    CommandTask("secret", "echo login {{ conn.warehouse.login }} {{ conn.warehouse.password }}")
+"""
+
+
+def test_a_script_next_to_the_dag_file_is_rendered_and_secrets_stay_out_of_the_log(project):
+    dags = Path(project["SPAWNFLOW__CORE__DAGS_FOLDER"])
+    (dags / "scripted.py").write_text(SCRIPTED)
+    (dags / "report.sh").write_text("echo report for {{ ds }} of {{ dag.dag_id }}\n")
+    added = run("connections", "add", "warehouse", "--uri",
+                "postgres://etl:s3cret-pw@db.internal:5432/shop", env=project)  # fmt: skip
+    assert added.exit_code == 0, added.output
+
+    tested = run("dags", "test", "scripted", env=project)
+
+    assert tested.exit_code == 0, tested.output
+    listed = run("runs", "list", "--dag-id", "scripted", "-o", "json", env=project)
+    newest = json.loads(listed.stdout)[0]
+    run_id, ds = newest["run_id"], newest["logical_date"][:10]
+    got = run("xcom", "get", "scripted", run_id, "from_file", "-o", "json", env=project)
+    assert json.loads(got.stdout)["value"] == f"report for {ds} of scripted"
+    log = run("tasks", "logs", "scripted", run_id, "secret", env=project).stdout
+    assert "[stdout] login etl s3cret-pw" in log  # what the command printed is its own
+    assert "template rendered field=command value=echo login etl ***\n" in log, log
+    rendered = run("tasks", "render", "scripted", "secret", env=project)
+    assert rendered.stdout.splitlines()[:2] == ["# command", "echo login etl ***"]
