@@ -55,6 +55,11 @@ def run_id_argument(name: str = "run_id", **attrs: Any) -> Callable:
     return click.argument(name, shell_complete=_run_ids, **attrs)
 
 
+def run_id_option(*decls: str, **attrs: Any) -> Callable:
+    """A ``--run-id`` option that completes the run ids of the Dag named before it."""
+    return click.option(*decls, shell_complete=_run_ids, metavar="RUN_ID", **attrs)
+
+
 def _dag_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     from spawnflow.services import completions
 

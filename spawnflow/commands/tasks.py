@@ -1,13 +1,19 @@
-"""``spawnflow tasks list | test | states | logs | clear | mark-failed``."""
+"""``spawnflow tasks list | test | render | states | logs | clear | mark-failed``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import click
 
 from spawnflow.bootstrap.errors import UserError
-from spawnflow.commands.completion import dag_id_argument, run_id_argument, task_id_argument
+from spawnflow.commands.completion import (
+    dag_id_argument,
+    run_id_argument,
+    run_id_option,
+    task_id_argument,
+)
 from spawnflow.commands.groups import Group
 from spawnflow.commands.output import emit, output_option, table
 from spawnflow.commands.runs import when
@@ -183,3 +189,52 @@ def list_command(state: State, dag_id: str) -> None:
     state.database()
     for task in dags.get_dag(dag_id)[1].tasks:
         click.echo(task.task_id)
+
+
+@tasks_group.command("render", short_help="Print a task's templates rendered for a run.")
+@dag_id_argument()
+@task_id_argument()
+@click.option("--logical-date", "logical_date", metavar="DATE",
+              help="Render for this logical date (ISO 8601, UTC unless it says): its run's "
+                   "conf and XComs if it has one; without one, the data interval is the "
+                   "date itself and XComs are None.")  # fmt: skip
+@run_id_option(
+    "--run-id", "run_id", help="Render for this run (any spelling runs list shows, or 'latest')."
+)
+@pass_state
+def render_command(state: State, dag_id: str, task_id: str, logical_date: str | None,
+                   run_id: str | None) -> None:  # fmt: skip
+    """Print each template field of a task ({{ ds }}, {{ params.x }}, {{ var.value.KEY }},
+    {{ ti.xcom_pull(...) }}...) rendered for a run, without running the task: a task
+    process imports the Dag file and renders them, reading Variables, Connections and
+    the run's stored XComs. Without --run-id or --logical-date: the Dag's latest run (now,
+    if it has none). Secrets the templates read show as ***."""
+    from spawnflow.services import rendering
+
+    if logical_date is not None and run_id is not None:
+        raise click.UsageError("give --logical-date or --run-id, not both")
+    moment = None if logical_date is None else _logical_date(logical_date)
+    settings = state.database()
+    result = rendering.render(settings, dag_id, task_id, run_id=run_id, logical_date=moment)
+    if result.failure is not None:
+        raise UserError(
+            f"task {task_id!r} of Dag {dag_id!r} could not be rendered: {result.failure} "
+            f"(the task process's log: {result.log_file})"
+        )
+    if not result.fields:
+        click.echo(f"Task {task_id!r} has no template fields.")
+    for field, text in result.fields.items():
+        click.echo(f"# {field}")
+        click.echo(text)
+
+
+def _logical_date(text: str) -> dt.datetime:
+    """``text`` (ISO 8601; without a zone, UTC) as an aware datetime in UTC."""
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO 8601 date or time",
+                                 param_hint="--logical-date") from None  # fmt: skip
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC)

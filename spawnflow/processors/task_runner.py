@@ -30,7 +30,8 @@ from spawnflow.comms.tasks import (
     XComPull,
     XComPush,
 )
-from spawnflow.sdk import loading, runtime, state, xcom
+from spawnflow.comms.templates import RenderedFields
+from spawnflow.sdk import loading, runtime, state, templates, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
@@ -40,9 +41,9 @@ class TaskFailed(Exception):
     """The task's own failure, with a reason for its task instance."""
 
 
-def run_task(channel, workload: Workload) -> None:
-    """Run one try of one task and report how it ended."""
-    context = {
+def _context(workload: Workload) -> dict[str, Any]:
+    """The task's runtime context (``get_current_context``)."""
+    return {
         "dag_id": workload.dag_id,
         "task_id": workload.task_id,
         "run_id": workload.run_id,
@@ -59,6 +60,11 @@ def run_task(channel, workload: Workload) -> None:
             runtime.ask, lambda: state.load_backend(settings_module.current()),
         ),
     }  # fmt: skip
+
+
+def run_task(channel, workload: Workload) -> None:
+    """Run one try of one task and report how it ended."""
+    context = _context(workload)
     runtime.install(channel, context)
     logger = logs.get_logger("spawnflow.task")
     resuming = workload.next_method is not None
@@ -73,6 +79,7 @@ def run_task(channel, workload: Workload) -> None:
         task = _find_task(workload)
         logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
         channel.send(TaskStarting())
+        context["templates_dict"] = _render_templates(task, context)
         result = _resume(task, workload) if resuming else _execute(task, channel)
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
@@ -104,6 +111,42 @@ def run_task(channel, workload: Workload) -> None:
     channel.send(TaskOutcome(state=TaskState.SUCCESS))
 
 
+def render_task(channel, workload: Workload) -> None:
+    """The task process of ``tasks render``: render the task's template fields, send them
+    (:class:`RenderedFields`, each as the try's log would show it) and run nothing."""
+    context = _context(workload)
+    runtime.install(channel, context)
+    try:
+        task = _find_task(workload)
+        channel.send(TaskStarting())
+        renderer = templates.Renderer(task, context)
+        renderer.render_fields()
+        shown = {}
+        for field in templates.template_fields(task):
+            value = getattr(task, field, None)
+            if callable(value):  # @task.command: its function builds the command
+                shown[field] = f"(the command {_name(value)} returns when the task runs)"
+            else:
+                shown[field] = renderer.shown(value)
+        runtime.ask(lambda id: RenderedFields(id=id, fields=shown))
+    except templates.TemplateError as error:
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(error)))
+        return
+    except TaskFailed as failure:
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+        return
+    except Exception as error:  # noqa: BLE001 - the Dag file's error, say, reported
+        traceback.print_exc()
+        reason = traceback.format_exception_only(type(error), error)[-1].strip()
+        channel.send(TaskOutcome(state=TaskState.FAILED, reason=reason))
+        return
+    channel.send(TaskOutcome(state=TaskState.SUCCESS))
+
+
+def _name(function: Any) -> str:
+    return getattr(function, "__qualname__", None) or repr(function)
+
+
 def _find_task(workload: Workload) -> Task:
     loading.prepare_path(workload.dag_file, workload.dags_folder)
     for dag in loading.import_dag_file(workload.dag_file):
@@ -122,13 +165,43 @@ def _execute(task: Task, channel) -> Any:
         return _call_with_context(task.python_callable, args, kwargs)
     if isinstance(task, CommandTask):
         command = task.command
-        if callable(command):
-            command = _call_with_context(command, args, kwargs)
+        if callable(command):  # @task.command: the command it returns is a template too
+            command = _render_one(task, _call_with_context(command, args, kwargs), "command")
         return _run_command(str(command), task)
     execute = getattr(task, "execute", None)
     if callable(execute):  # a task class of its own (a sensor, say)
         return _call_with_context(execute, [], {})
     raise TaskFailed(f"spawnflow cannot run tasks of kind {task.kind!r}")
+
+
+def _render_templates(task: Task, context: dict[str, Any]) -> Any:
+    """Render the task's template fields in place, logging each one rendered; the
+    rendered ``templates_dict``, if the task has one. TaskFailed if a template fails."""
+    renderer = templates.Renderer(task, context)
+    try:
+        rendered = renderer.render_fields()
+    except templates.TemplateError as error:
+        raise TaskFailed(str(error)) from None
+    logger = logs.get_logger("spawnflow.task")
+    for field, value in rendered.items():
+        logger.info("template rendered", field=field, value=renderer.shown(value))
+    return getattr(task, "templates_dict", None)
+
+
+def _render_one(task: Task, value: Any, field: str) -> Any:
+    """``value`` of ``field`` rendered (a command a callable returned), logged if it was
+    a template."""
+    if not templates.is_template(value):
+        return value
+    renderer = templates.Renderer(task, runtime.get_current_context())
+    try:
+        rendered = renderer.render(value, field)
+    except templates.TemplateError as error:
+        raise TaskFailed(str(error)) from None
+    logs.get_logger("spawnflow.task").info(
+        "template rendered", field=field, value=renderer.shown(rendered)
+    )
+    return rendered
 
 
 def _resume(task: Task, workload: Workload) -> Any:
@@ -170,19 +243,26 @@ def _deferral(deferred: TaskDeferred, workload: Workload) -> Deferral:
 
 
 def _call_with_context(function, args: list, kwargs: dict) -> Any:
-    """Call ``function``; a parameter named ``context`` gets the task's context."""
-    try:
-        accepts = "context" in inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        accepts = False
-    if accepts and "context" not in kwargs:
+    """Call ``function``; a parameter named ``context`` gets the task's context, one named
+    ``templates_dict`` the task's rendered ``templates_dict``."""
+    if _takes(function, "context") and "context" not in kwargs:
         kwargs = {**kwargs, "context": runtime.get_current_context()}
+    if _takes(function, "templates_dict") and "templates_dict" not in kwargs:
+        kwargs = {**kwargs, "templates_dict": runtime.get_current_context().get("templates_dict")}
     result = function(*args, **kwargs)
     if inspect.iscoroutine(result):  # an async def task
         import asyncio
 
         result = asyncio.run(_watched(result))
     return result
+
+
+def _takes(function, name: str) -> bool:
+    """Whether ``function`` has a parameter called ``name``."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 async def _watched(coro) -> Any:

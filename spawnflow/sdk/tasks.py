@@ -48,6 +48,12 @@ class Task:
     """
 
     kind = "task"
+    #: Attributes that are Jinja2 templates, rendered in the task process before the
+    #: task runs (see :mod:`spawnflow.sdk.templates`); a task class of your own names its.
+    template_fields: Sequence[str] = ()
+    #: A template field naming a file with one of these endings, next to the Dag file,
+    #: is rendered from that file's content.
+    template_ext: Sequence[str] = ()
 
     def __init__(
         self,
@@ -175,30 +181,45 @@ class XComArg:
 
 
 class PythonTask(Task):
-    """Runs a Python callable; its return value becomes the task's XCom."""
+    """Runs a Python callable; its return value becomes the task's XCom.
+
+    ``templates_dict``: Jinja2 templates rendered when the task runs, given to the
+    callable as its ``templates_dict`` argument if it has one (and in the context).
+    Strings among its arguments are templates too.
+    """
 
     kind = "python"
+    template_fields = ("templates_dict", "op_args", "op_kwargs")
 
     def __init__(self, task_id: str, python_callable: Callable[..., Any], *, op_args: Sequence = (),
-                 op_kwargs: dict[str, Any] | None = None, **kwargs: Any):  # fmt: skip
+                 op_kwargs: dict[str, Any] | None = None,
+                 templates_dict: dict[str, Any] | None = None, **kwargs: Any):  # fmt: skip
         if not callable(python_callable):
             raise _definition_error(kwargs, task_id, "python_callable must be callable")
         self.python_callable = python_callable
+        self.templates_dict = dict(templates_dict) if templates_dict else None
         super().__init__(task_id, **kwargs)
         self._take_arguments(op_args, op_kwargs)
 
     def arguments(self) -> dict[str, Any]:
-        return {"callable": _name_of(self.python_callable), **self._arguments_json()}
+        found = {"callable": _name_of(self.python_callable), **self._arguments_json()}
+        if self.templates_dict:
+            found["templates_dict"] = to_json(self.templates_dict)
+        return found
 
 
 class CommandTask(Task):
     """Runs a shell command; the last line it prints becomes the task's XCom.
 
     ``command`` is a string, or a callable (``@task.command``) that returns the
-    string at run time from the arguments it was given.
+    string at run time from the arguments it was given. The command (also the one a
+    callable returns), ``env`` and ``cwd`` are Jinja2 templates; a command that names a
+    ``.sh`` or ``.bash`` file next to the Dag file is rendered from that file.
     """
 
     kind = "command"
+    template_fields = ("command", "env", "cwd")
+    template_ext = (".sh", ".bash")
 
     def __init__(self, task_id: str, command: str | Callable[..., str], *,
                  env: dict[str, str] | None = None, cwd: str | None = None,

@@ -68,6 +68,7 @@ TAKING_A_DAG = [
     ["runs", "list", "--dag-id", "lsted"],
     ["tasks", "list", "lsted"],
     ["tasks", "test", "lsted", "only"],
+    ["tasks", "render", "lsted", "only"],
     ["tasks", "states", "lsted", "r1"],
     ["tasks", "logs", "lsted", "r1", "only"],
     ["tasks", "clear", "lsted", "r1", "only"],
@@ -97,7 +98,8 @@ def test_an_unknown_dag_id_gets_the_closest_one_in_every_command(stored, tmp_pat
 
 @pytest.mark.parametrize(
     "args",
-    [["tasks", "test", "listed", "onyl"], ["tasks", "logs", "listed", "r1", "onyl"],
+    [["tasks", "test", "listed", "onyl"], ["tasks", "render", "listed", "onyl"],
+     ["tasks", "logs", "listed", "r1", "onyl"],
      ["tasks", "clear", "listed", "r1", "onyl"],
      ["tasks", "mark-failed", "listed", "r1", "onyl"],
      ["xcom", "list", "listed", "r1", "--task-id", "onyl"],

@@ -75,8 +75,10 @@ class TaskSupervisor:
                  xcom_backend: BackendChoice | None = None,
                  alive: Callable[[], None] | None = None,
                  recorder: TryRecorder | None = None,
-                 method: str | None = None):  # fmt: skip
+                 method: str | None = None, target: str = TARGET):  # fmt: skip
         self.workload = workload
+        #: What the task process runs (``tasks render`` runs another target).
+        self.target = target
         #: The task process's start method; None: the executor's.
         self.method = method
         self.settings = settings
@@ -155,7 +157,7 @@ class TaskSupervisor:
     def _supervise(self, attempt: AttemptLog):
         """Serve the task process until it ends; (outcome, exit status, why it was stopped)."""
         spec = launcher.ChildSpec(
-            "task", TARGET, {"workload": self.workload}, settings=self.settings,
+            "task", self.target, {"workload": self.workload}, settings=self.settings,
             log_file=Path(self.workload.log_file), capture_output=True,
             kill_with_parent=True,  # user code must not outlive a worker that died
         )  # fmt: skip
