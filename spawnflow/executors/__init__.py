@@ -60,6 +60,14 @@ class BaseExecutor:
         ended or lost."""
         raise NotImplementedError
 
+    def adopt(self, queued: dict[int, int]) -> set[int]:
+        """Take over task instances that a scheduler which is gone queued: their ids,
+        each with the try number its workload carries. Returns the ids taken over (this
+        executor reports their ends as its own); the scheduler queues the rest again.
+        Called before :meth:`start`. An executor whose workers left with their
+        scheduler, as the local one's do, takes over none."""
+        return set()
+
     def request_stop(self) -> None:
         """Warm stop: take nothing new, let what runs finish (without waiting for it)."""
 

@@ -50,6 +50,10 @@ def make_app(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
+        # A broker that goes away does not stop the tries that run: they write their
+        # state to the database, and a copy of a message delivered again meanwhile
+        # waits on the try that runs (True would end them all, as a cold stop does).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_concurrency=config.worker_concurrency,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=config.operation_timeout,

@@ -45,6 +45,9 @@ class CeleryExecutor(BaseExecutor):
         self.app: Celery | None = None
         #: What it sent and has not seen end, by task instance id.
         self.sent: dict[int, Workload] = {}
+        #: What a scheduler that is gone sent and this one took over: the try number
+        #: each message carries, by task instance id.
+        self.adopted: dict[int, int] = {}
         self.stopping = False
         self._events: list[WorkerLost | TaskEnded] = []
         self._looked = 0.0
@@ -64,7 +67,7 @@ class CeleryExecutor(BaseExecutor):
             ) from None
 
     def free_slots(self) -> int:
-        return 0 if self.stopping else max(0, self.parallelism - len(self.sent))
+        return 0 if self.stopping else max(0, self.parallelism - self.running())
 
     def queue(self, workload: Workload) -> None:
         assert self.app is not None  # start() made it
@@ -76,11 +79,17 @@ class CeleryExecutor(BaseExecutor):
         )  # fmt: skip
         self.sent[workload.ti_id] = workload
 
+    def adopt(self, queued: dict[int, int]) -> set[int]:
+        """Their messages wait in the broker or run on a worker, which writes how each
+        try ends to the database: this executor watches for that as for its own."""
+        self.adopted.update(queued)
+        return set(queued)
+
     def running(self) -> int:
-        return len(self.sent)
+        return len(self.sent) + len(self.adopted)
 
     def holds(self) -> set[int]:
-        return set(self.sent)
+        return set(self.sent) | set(self.adopted)
 
     def request_stop(self) -> None:
         self.stopping = True
@@ -106,13 +115,14 @@ class CeleryExecutor(BaseExecutor):
         waits in the broker stays there for them."""
         self.stopping = True
         self.sent.clear()
+        self.adopted.clear()
         if self.app is not None:
             self.app.close()
         return []
 
     def _look(self) -> None:
         """Turn the tries that ended (or are no longer this message's) into events."""
-        if not self.sent or time.monotonic() - self._looked < POLL_INTERVAL / 2:
+        if not (self.sent or self.adopted) or time.monotonic() - self._looked < POLL_INTERVAL / 2:
             return
         from sqlalchemy import select
 
@@ -120,25 +130,33 @@ class CeleryExecutor(BaseExecutor):
         from spawnflow.models.views import task_instance as ti
 
         self._looked = time.monotonic()
-        query = select(ti.c.id, ti.c.state, ti.c.try_number).where(ti.c.id.in_(list(self.sent)))
+        watched = [*self.sent, *self.adopted]
+        query = select(ti.c.id, ti.c.state, ti.c.try_number).where(ti.c.id.in_(watched))
         with orm.engine().connect() as connection:
             rows = {row.id: row for row in connection.execute(query)}
         for ti_id, workload in list(self.sent.items()):
             row = rows.get(ti_id)
-            if row is not None and _under_way(row.state, row.try_number, workload):
+            if row is not None and _under_way(row.state, row.try_number, workload.try_number):
                 continue
             del self.sent[ti_id]
             state = row.state if row is not None else TaskState.REMOVED
             self._events.append(TaskEnded(ti_id, state, workload=workload))
+        for ti_id, try_number in list(self.adopted.items()):
+            row = rows.get(ti_id)
+            if row is not None and _under_way(row.state, row.try_number, try_number):
+                continue
+            del self.adopted[ti_id]
+            state = row.state if row is not None else TaskState.REMOVED
+            self._events.append(TaskEnded(ti_id, state))
 
 
-def _under_way(state: str, try_number: int, workload: Workload) -> bool:
-    """Whether the row still waits for, or runs, the try ``workload`` carries: queued,
-    its number is the one before (a try's number counts up when it starts; a resumed
+def _under_way(state: str, try_number: int, sent: int) -> bool:
+    """Whether the row still waits for, or runs, the try numbered ``sent``: queued, its
+    number is the one before (a try's number counts up when it starts; a resumed
     deferral keeps its own), else running (or restarting) under that number."""
     if state == TaskState.QUEUED:
-        return try_number in (workload.try_number - 1, workload.try_number)
-    return state in (TaskState.RUNNING, TaskState.RESTARTING) and try_number == workload.try_number
+        return try_number in (sent - 1, sent)
+    return state in (TaskState.RUNNING, TaskState.RESTARTING) and try_number == sent
 
 
 def _hidden(url: str) -> str:

@@ -5,6 +5,7 @@ of the workers' supervisors (issue 17)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -58,6 +59,12 @@ with Dag("gated", schedule=None, start_date=dt.datetime(2026, 1, 1),
     CommandTask("waits", 'touch "$MARKS/started.$SPAWNFLOW_TEST_WORKER.$$"; '
                 'while [ ! -e "$MARKS/open" ]; do sleep 0.1; done; '
                 'touch "$MARKS/waits.$SPAWNFLOW_TEST_WORKER.$$"')
+
+with Dag("gated_fan", schedule=None, start_date=dt.datetime(2026, 1, 1)):
+    for n in range(6):
+        CommandTask(f"g{n}", f'touch "$MARKS/began-g{n}.$SPAWNFLOW_TEST_WORKER.$$"; '
+                    'while [ ! -e "$MARKS/open" ]; do sleep 0.1; done; '
+                    f'touch "$MARKS/g{n}.$SPAWNFLOW_TEST_WORKER.$$"')
 """
 
 
@@ -356,3 +363,128 @@ def test_a_second_ctrl_c_stops_the_worker_and_its_task_at_once(site, metadata_ur
     # outlive the worker (it would have left a mark of machine-a's once the gate opened).
     assert states(metadata_url, "gated")["waits"] == ("success", 2)
     assert [machine for _, machine in site.marks_of("waits")] == ["machine-b"]
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """The machine that ran ``process`` goes away: it and every process under it."""
+    import psutil
+
+    parent = psutil.Process(process.pid)
+    for member in [parent, *parent.children(recursive=True)]:
+        member.kill()
+    process.wait(timeout=60)
+
+
+def _scheduler_log(site: Site) -> str:
+    return (site.tmp_path / "scheduler" / "logs" / "scheduler.log").read_text()
+
+
+def test_a_restarted_scheduler_adopts_what_celery_still_holds(site, metadata_url):
+    """Two tries run on the worker and four wait in the broker when the scheduler's
+    machine dies; the next scheduler takes them over instead of sending them again."""
+    site.common["SPAWNFLOW__SCHEDULER__JOB_HEARTBEAT_TIMEOUT"] = "3"
+    site.common["SPAWNFLOW__EXECUTOR__PARALLELISM"] = "8"
+    site.start_worker("machine-a", site.queue)  # two at a time
+    first = _start_scheduler(site, "gated_fan")
+    wait_for(lambda: len(site.marks_of("began")) == 2, "two tries began", first)
+    wait_for(lambda: {state for state, _ in states(metadata_url, "gated_fan").values()}
+             == {"queued", "running"}, "all six sent", first)  # fmt: skip
+    _kill_tree(first)
+
+    second = start_in_console(
+        [sys.executable, "-m", "spawnflow", "scheduler", "--exit-when-idle"],
+        env=site.env("scheduler"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for(lambda: "adopted task instances" in _scheduler_log(site), "adoption", second)
+    (site.marks / "open").write_text("")
+    _finish(second)
+
+    assert set(states(metadata_url, "gated_fan").values()) == {("success", 1)}
+    assert sorted(task for task, _ in site.marks_of("g")) == [f"g{n}" for n in range(6)]
+    assert worker_received(site, "machine-a") == 6  # nothing sent twice
+    assert "reset task instances" not in _scheduler_log(site)
+
+
+def worker_received(site: Site, machine: str) -> int:
+    """Messages ``machine``'s Celery worker received so far."""
+    return (site.tmp_path / f"{machine}.out").read_text().count("] received")
+
+
+class OwnRedis:
+    """A Redis server of the test's own on a free port, which the test can stop and
+    start again; it keeps its data in an append-only file, as a broker whose restart
+    must lose nothing is configured."""
+
+    def __init__(self, folder: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.folder = folder
+        folder.mkdir()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        import redis
+
+        self.process = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
+             str(self.folder), "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=(self.folder / "server.out").open("a"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.exceptions.RedisError:
+                return False
+
+        wait_for(answers, f"redis-server on port {self.port}", self.process)
+        client.close()
+
+    def stop(self) -> None:
+        assert self.process is not None
+        self.process.terminate()  # Redis' shutdown: the append-only file is complete
+        self.process.wait(timeout=60)
+
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+@pytest.fixture
+def own_redis(tmp_path):
+    if REDIS_SERVER is None:
+        reason = "redis-server is not installed: the broker restart needs a server of its own"
+        if "redis" in required_backends():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    server = OwnRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    if server.process is not None and server.process.poll() is None:
+        server.stop()
+
+
+def test_a_broker_restart_mid_run_loses_nothing(tmp_path, start_method, own_redis, metadata_url):
+    """Two tries run and four wait in Redis when it stops; once it is back, every task
+    runs exactly once."""
+    site = Site(tmp_path, start_method, own_redis.url, metadata_url)
+    site.common["SPAWNFLOW__EXECUTOR__PARALLELISM"] = "8"
+    assert site.spawnflow("db", "migrate").returncode == 0
+    try:
+        site.start_worker("machine-a", site.queue)
+        scheduler = _start_scheduler(site, "gated_fan")
+        wait_for(lambda: len(site.marks_of("began")) == 2, "two tries began", scheduler)
+        wait_for(lambda: {state for state, _ in states(metadata_url, "gated_fan").values()}
+                 == {"queued", "running"}, "all six sent", scheduler)  # fmt: skip
+
+        own_redis.stop()
+        own_redis.start()
+        (site.marks / "open").write_text("")
+        _finish(scheduler)
+    finally:
+        site.stop_workers()
+
+    assert set(states(metadata_url, "gated_fan").values()) == {("success", 1)}
+    assert sorted(task for task, _ in site.marks_of("g")) == [f"g{n}" for n in range(6)]

@@ -94,17 +94,25 @@ def test_max_active_tasks_and_parallelism_limit_what_is_queued(make_settings, tm
     assert count(TaskInstance, TaskInstance.state == "queued") == 5  # [core] parallelism
 
 
-def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_path):
-    settings = setup(make_settings, tmp_path, **{"scheduler.job_heartbeat_timeout": "1"})
-    run_id = harness.trigger("narrow")
+def _queued_by_a_scheduler_that_died(settings, run_id):
+    """What a scheduler queued and then died without saying so, a while ago: the try
+    number each workload carries by task instance id, and that scheduler's job id."""
     Scheduler(settings, executor=Holding(2), only_runs={run_id}).run(num_loops=2)
     with orm.session_scope() as session:
         queued = session.scalars(select(TaskInstance).where(TaskInstance.state == "queued")).all()
         old_job = queued[0].scheduler_job_id
-        job = session.get(Job, old_job)  # it died without saying so, a while ago
+        job = session.get(Job, old_job)
         job.state = "running"
         job.latest_heartbeat = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
-    assert len(queued) == 2
+        sent = {ti.id: ti.try_number + 1 for ti in queued}
+    return sent, old_job
+
+
+def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path, **{"scheduler.job_heartbeat_timeout": "1"})
+    run_id = harness.trigger("narrow")
+    sent, old_job = _queued_by_a_scheduler_that_died(settings, run_id)
+    assert len(sent) == 2
 
     executor = Holding(0)
     Scheduler(settings, executor=executor, only_runs={run_id}).run(num_loops=1)
@@ -112,6 +120,32 @@ def test_what_a_stopped_scheduler_queued_is_scheduled_again(make_settings, tmp_p
     assert count(TaskInstance, TaskInstance.state == "queued") == 0
     assert count(TaskInstance, TaskInstance.state == "scheduled") >= 2
     with orm.session_scope() as session:
+        assert session.get(Job, old_job).state == "failed"
+
+
+class Adopting(Holding):
+    """Takes over whatever a gone scheduler queued, as the Celery executor does."""
+
+    def adopt(self, queued: dict[int, int]) -> set[int]:
+        self.adopted = dict(queued)
+        return set(queued)
+
+
+def test_an_executor_that_adopts_keeps_what_a_stopped_scheduler_queued(make_settings, tmp_path):
+    settings = setup(make_settings, tmp_path, **{"scheduler.job_heartbeat_timeout": "1"})
+    run_id = harness.trigger("narrow")
+    sent, old_job = _queued_by_a_scheduler_that_died(settings, run_id)
+
+    executor = Adopting(0)
+    scheduler = Scheduler(settings, executor=executor, only_runs={run_id})
+    scheduler.run(num_loops=1)
+
+    assert executor.adopted == sent  # each with the try number its message carries
+    with orm.session_scope() as session:
+        owners = set(session.scalars(
+            select(TaskInstance.scheduler_job_id).where(TaskInstance.state == "queued")
+        ))  # fmt: skip
+        assert owners == {scheduler.job_id}
         assert session.get(Job, old_job).state == "failed"
 
 

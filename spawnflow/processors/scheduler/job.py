@@ -412,11 +412,22 @@ class Scheduler:
                 .where(TaskInstance.state == TaskState.QUEUED)
                 .with_for_update(skip_locked=True)
             ).all()
+            left = [ti for ti in orphans if ti.scheduler_job_id not in live]
+            # The try number each one's workload carries (as queueing._queue_one numbers it).
+            sent = {ti.id: ti.try_number if ti.next_method is not None else ti.try_number + 1
+                    for ti in left}  # fmt: skip
+            assert self.executor is not None  # run() made it first
+            adopted = self.executor.adopt(sent) if left else set()
             reset = 0
-            for ti in orphans:
-                if ti.scheduler_job_id not in live:
+            for ti in left:
+                if ti.id in adopted:
+                    ti.scheduler_job_id = self.job_id
+                else:
                     ti.state, ti.scheduler_job_id = TaskState.SCHEDULED, None
                     reset += 1
+            if adopted:
+                log.info("adopted task instances a stopped scheduler had queued",
+                         count=len(adopted))  # fmt: skip
             if reset:
                 log.warning("reset task instances a stopped scheduler had queued", count=reset)
 
