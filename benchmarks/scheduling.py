@@ -17,9 +17,17 @@ the ratios are printed; Airflow's LocalExecutor needs a server database, so pass
 ``--rounds N`` measures every method and Airflow in turn, N times over, so that drift
 on a busy machine hits each alike, and prints each round and the medians.
 
+With ``--executor celery`` each method also runs on the Celery executor: ``--workers``
+/ 2 ``spawnflow celery worker`` processes of concurrency 2 on each broker of
+``--brokers`` (Redis and RabbitMQ on loopback by default), beside the local executor
+with ``--workers`` workers; the ratio of each to the local executor's tasks/s is
+printed. The workers and the scheduler share ``--database-url`` (PostgreSQL, as
+several machines would; a SQLite file if none is given).
+
     python benchmarks/scheduling.py [--methods fork,spawn] [--workers 4] [--fanout 800]
         [--database-url postgresql://postgres@127.0.0.1:5432/bench]
         [--airflow /tmp/airflow-venv/bin/python] [--rounds 3]
+        [--executor celery [--brokers redis://127.0.0.1:6379/0,amqp://guest:guest@127.0.0.1//]]
 """
 
 from __future__ import annotations
@@ -27,11 +35,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from _setup import as_installed, summary
@@ -59,14 +70,46 @@ with Dag("chain"):
 """
 
 
+BROKERS = "redis://127.0.0.1:6379/0,amqp://guest:guest@127.0.0.1:5672//"
+
+
+def start_celery_workers(home: Path, values: dict[str, str], count: int) -> list:
+    """``count`` Celery workers of concurrency 2, each with a home of its own (a machine
+    of its own), with ``values`` as their settings; once each says it is ready."""
+    workers = []
+    for n in range(count):
+        machine = home / f"worker-{n}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SPAWNFLOW__")}
+        env.update({f"SPAWNFLOW__{key.replace('.', '__').upper()}": value
+                    for key, value in values.items()}, SPAWNFLOW_HOME=str(machine))  # fmt: skip
+        log = machine / "logs" / "celery-worker.log"
+        workers.append(subprocess.Popen(
+            [sys.executable, "-m", "spawnflow", "celery", "worker", "-c", "2",
+             "-n", f"bench-{n}-{uuid.uuid4().hex[:8]}@%h"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
+        while not (log.exists() and " ready." in log.read_text()):
+            if workers[-1].poll() is not None:
+                raise SystemExit(f"celery worker {n} exited: see {log}")
+            time.sleep(0.1)  # the worker writes its log; nothing else to wait on
+    return workers
+
+
 def measure(
-    method: str, workers: int, url: str | None, fanout: int, loop_interval: str | None = None
+    method: str,
+    workers: int,
+    url: str | None,
+    fanout: int,
+    loop_interval: str | None = None,
+    broker: str | None = None,
 ) -> dict:
-    """In this process: run both Dags under ``method`` and collect the figures."""
+    """In this process: run both Dags under ``method`` and collect the figures; on the
+    Celery executor through ``broker`` when one is given."""
     import psutil
     from sqlalchemy import select
 
     from spawnflow.bootstrap import orm, platform
+    from spawnflow.executors.celery_executor import CeleryExecutor
     from spawnflow.executors.local import LocalExecutor
     from spawnflow.models.run import DagRun, TaskInstance, XCom
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
@@ -84,22 +127,27 @@ def measure(
         "executor.parallelism": str(workers), "executor.heartbeat_interval": "5",
         **({"scheduler.loop_interval": loop_interval} if loop_interval else {}),
     }  # fmt: skip
+    if broker:
+        values.update({"core.executor": "celery", "celery.broker_url": broker,
+                       "celery.default_queue": f"bench-{uuid.uuid4().hex[:8]}"})  # fmt: skip
     from _setup import install_settings
 
     snapshot = install_settings(home, values)
     DagFileProcessorManager(snapshot).run(once=True)
+    celery_workers = start_celery_workers(home, values, workers // 2) if broker else []
 
     results: dict = {"method": method}
     worker_rss = []
     for dag_id in ("fanout", "chain"):
         with orm.session_scope() as session:
             run_id = runs.trigger_run(session, dag_id).id
-        executor = LocalExecutor(snapshot)
+        executor = CeleryExecutor(snapshot) if broker else LocalExecutor(snapshot)
 
         def sample(_summary, executor=executor) -> None:
-            for worker in executor.workers:
+            pids = [w.pid for w in (celery_workers or getattr(executor, "workers", []))]
+            for pid in pids:
                 try:
-                    worker_rss.append(psutil.Process(worker.pid).memory_info().rss)
+                    worker_rss.append(psutil.Process(pid).memory_info().rss)
                 except psutil.Error:
                     pass
 
@@ -129,6 +177,10 @@ def measure(
                 for a, b in itertools.pairwise(ordered)
             ]
             results["latency"] = gaps
+    for worker in celery_workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in celery_workers:
+        worker.wait(timeout=120)
     results["worker_rss"] = max(worker_rss) if worker_rss else 0
     results["scheduler_rss"] = platform.peak_rss_bytes()
     return results
@@ -144,14 +196,16 @@ def figures(r: dict) -> tuple[float, float, float, float]:
 
 def row(name: str, values: tuple[float, float, float, float]) -> str:
     rate, chain, p50, p95 = values
-    return f"{name:<11}{rate:>15.1f}{chain:>9.2f}{p50 * 1e3:>11.0f}ms{p95 * 1e3:>6.0f}ms"
+    return f"{name:<16}{rate:>15.1f}{chain:>9.2f}{p50 * 1e3:>11.0f}ms{p95 * 1e3:>6.0f}ms"
 
 
-def measure_in_child(args, method: str) -> dict:
+def measure_in_child(args, method: str, broker: str | None = None) -> dict:
     """One ``measure`` under ``method``, in a fresh interpreter."""
     extra = ["--database-url", args.database_url] if args.database_url else []
     if args.loop_interval:
         extra += ["--loop-interval", args.loop_interval]
+    if broker:
+        extra += ["--broker", broker]
     done = subprocess.run(
         [sys.executable, __file__, "--measure", method, "--workers", str(args.workers),
          "--fanout", str(args.fanout), *extra],
@@ -190,7 +244,11 @@ def main() -> None:
         "--airflow-database-url", default=None, help="default: --database-url + '_airflow'"
     )
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; medians")
+    parser.add_argument("--executor", choices=["local", "celery"], default="local",
+                        help="celery: the Celery executor too, beside the local one")  # fmt: skip
+    parser.add_argument("--brokers", default=BROKERS, help="for --executor celery")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--broker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     as_installed()
     if args.airflow and not (args.airflow_database_url or args.database_url):
@@ -199,7 +257,12 @@ def main() -> None:
         print(
             json.dumps(
                 measure(
-                    args.measure, args.workers, args.database_url, args.fanout, args.loop_interval
+                    args.measure,
+                    args.workers,
+                    args.database_url,
+                    args.fanout,
+                    args.loop_interval,
+                    args.broker,
                 )
             )
         )
@@ -210,18 +273,21 @@ def main() -> None:
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
     print(f"fanout: 1 + {args.fanout} + 1 no-op tasks; chain: 50 no-op tasks; "
           f"{args.workers} workers; {args.rounds} round(s)", flush=True)  # fmt: skip
-    header = f"{'method':<11}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}{'p95':>8}"
+    header = f"{'method':<16}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}{'p95':>8}"
     print(f"{header}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")
     results: dict[str, list[tuple[float, float, float, float]]] = {}
     version = None
+    brokers = args.brokers.split(",") if args.executor == "celery" else []
     for _ in range(args.rounds):
         for method in methods:
-            r = measure_in_child(args, method)
-            results.setdefault(method, []).append(figures(r))
-            task_rss = max(r["fanout"]["task_rss"], r["chain"]["task_rss"])
-            print(f"{row(method, results[method][-1])}{r['worker_rss'] / 2**20:>9.1f}MiB"
-                  f"{task_rss / 2**20:>7.1f}MiB{r['scheduler_rss'] / 2**20:>12.1f}MiB",
-                  flush=True)  # fmt: skip
+            for broker in [None, *brokers]:
+                name = method if broker is None else f"{method}/{broker.split(':')[0]}"
+                r = measure_in_child(args, method, broker)
+                results.setdefault(name, []).append(figures(r))
+                task_rss = max(r["fanout"]["task_rss"], r["chain"]["task_rss"])
+                print(f"{row(name, results[name][-1])}{r['worker_rss'] / 2**20:>9.1f}MiB"
+                      f"{task_rss / 2**20:>7.1f}MiB{r['scheduler_rss'] / 2**20:>12.1f}MiB",
+                      flush=True)  # fmt: skip
         if args.airflow:
             r = measure_airflow(args)
             version = r["airflow_version"]
@@ -236,6 +302,12 @@ def main() -> None:
         print(f"\nmedians of {args.rounds} rounds\n{header}")
         for name, values in medians.items():
             print(row(name, values))
+    for name, (rate, *_) in medians.items():
+        if "/" in name:
+            local = medians[name.split("/")[0]][0]
+            print(f"{name}: {rate / local:.2f}x the local executor's tasks/s "
+                  f"({rate:.1f} vs {local:.1f}; {args.workers // 2} workers x 2 vs "
+                  f"{args.workers} workers)")  # fmt: skip
     if args.airflow:
         rate, _, latency, _ = medians.pop("airflow")
         for method, (ours, _, our_latency, _) in medians.items():
