@@ -3,7 +3,8 @@
 Started by the task's supervisor (inside an executor worker) through the launcher.
 It never opens the database and never imports SQLAlchemy: XComs and Variables are
 requests to the supervisor. Its stdout and stderr are captured by the supervisor
-into the try's log file. Its last message is a TaskOutcome.
+into the try's log file. Its last message is a TaskOutcome; the task's callbacks run
+after it (see :func:`_call_back`), within ``[core] callback_timeout``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from spawnflow.comms.tasks import (
     XComPull,
     XComPush,
 )
-from spawnflow.sdk import loading, runtime, state, xcom
+from spawnflow.sdk import callbacks, loading, runtime, state, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
@@ -64,6 +65,7 @@ def run_task(channel, workload: Workload) -> None:
     resuming = workload.next_method is not None
     logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
                 try_number=workload.try_number, method=workload.next_method)  # fmt: skip
+    task: Task | None = None
     try:
         if workload.multiprocessing_start_method is not None:
             # What the user's own processes get, as on an OS whose default it is.
@@ -73,6 +75,7 @@ def run_task(channel, workload: Workload) -> None:
         task = _find_task(workload)
         logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
         channel.send(TaskStarting())
+        _call_back(task, "on_execute_callback")
         result = _resume(task, workload) if resuming else _execute(task, channel)
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
@@ -86,6 +89,7 @@ def run_task(channel, workload: Workload) -> None:
         except TaskFailed as failure:
             logger.error("task failed", reason=str(failure))
             channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+            _call_back_failure(task, workload, failure, str(failure))
             return
         logger.info("task deferred", trigger=deferral.classpath, resumes_at=deferral.method_name,
                     timeout=deferral.timeout)  # fmt: skip
@@ -94,14 +98,48 @@ def run_task(channel, workload: Workload) -> None:
     except (TaskFailed, xcom.XComError) as failure:
         logger.error("task failed", reason=str(failure))
         channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+        _call_back_failure(task, workload, failure, str(failure))
         return
     except BaseException as error:  # noqa: BLE001 - a task's error of any kind fails the task
         traceback.print_exc()
         reason = traceback.format_exception_only(type(error), error)[-1].strip()
         channel.send(TaskOutcome(state=TaskState.FAILED, reason=reason))
+        _call_back_failure(task, workload, error, reason)
         return
     logger.info("task succeeded", task_id=workload.task_id)
     channel.send(TaskOutcome(state=TaskState.SUCCESS))
+    _call_back(task, "on_success_callback", exception=None, reason=None)
+
+
+def _call_back_failure(task: Task | None, workload: Workload, error: BaseException,
+                       reason: str) -> None:  # fmt: skip
+    """A failed try's callback: ``on_retry_callback`` if another try follows, else
+    ``on_failure_callback``. None if the task was not found (nothing to call)."""
+    which = "on_retry_callback" if workload.retried_if_failed() else "on_failure_callback"
+    _call_back(task, which, exception=error, reason=reason)
+
+
+def _call_back(task: Task | None, which: str, **extra: Any) -> None:
+    """Call the task's ``which`` callbacks with its context plus ``extra``.
+
+    The outcome was sent before (but for ``on_execute_callback``, which runs before the
+    task's code): what a callback does never changes the try's state. One that raises
+    is logged, with its traceback, in the try's log, and the next one still runs. A
+    callback that hangs is the supervisor's to stop, after ``[core] callback_timeout``.
+    """
+    if task is None or not task.callbacks.get(which):
+        return
+    logger = logs.get_logger("spawnflow.task")
+    context = {**runtime.get_current_context(), **extra, "task": task}
+
+    def report(function, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        logger.error("callback failed", callback=which, function=callbacks.name_of(function),
+                     error=text.strip().splitlines()[-1])  # fmt: skip
+
+    logger.info("callback started", callback=which)
+    callbacks.call_each(task.callbacks[which], context, report)
 
 
 def _find_task(workload: Workload) -> Task:

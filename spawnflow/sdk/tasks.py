@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from spawnflow.sdk.assets import Asset
+from spawnflow.sdk.callbacks import TASK_CALLBACKS, Callback, callback_list
 from spawnflow.sdk.names import check_id
 
 if TYPE_CHECKING:
@@ -42,9 +43,27 @@ class Task:
     """Base of every task kind. ``kind`` names it in the serialized Dag.
 
     Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
-    ``execution_timeout``, ``trigger_rule`` (each defaulting to the Dag's
-    ``default_args``) and ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list
-    the task updates.
+    ``retry_exponential_backoff``, ``max_retry_delay``, ``execution_timeout``,
+    ``trigger_rule`` and the callbacks (each defaulting to the Dag's ``default_args``),
+    and ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list the task updates.
+
+    Retries: a failed try is tried again ``retries`` times, ``retry_delay`` (a
+    timedelta or seconds; 5 minutes by default) after it ended. With
+    ``retry_exponential_backoff=True`` the wait doubles with each try, with a jitter,
+    as Airflow's: between ``retry_delay * 2 ** (try_number - 1)`` and twice that, at
+    most ``max_retry_delay`` (a timedelta or seconds; a day if None). See
+    :func:`spawnflow.comms.retries.retry_wait`.
+
+    Callbacks (a function of the context, or a list of them), run in the task
+    process: ``on_execute_callback`` before the task's code, ``on_success_callback``
+    after it succeeded, ``on_retry_callback`` after a failed try that will be tried
+    again, ``on_failure_callback`` after the last one failed. The context is the
+    task's (:func:`~spawnflow.sdk.runtime.get_current_context`) plus ``exception``
+    (None on success) and ``reason``. A callback that raises is logged in the try's
+    log and changes nothing. See :mod:`spawnflow.sdk.callbacks`.
+
+    Raises:
+        DagDefinitionError: for an argument of the wrong type or range.
     """
 
     kind = "task"
@@ -55,10 +74,16 @@ class Task:
         *,
         dag: Dag | None = None,
         retries: int | None = None,
-        retry_delay: dt.timedelta | None = None,
+        retry_delay: dt.timedelta | float | None = None,
+        retry_exponential_backoff: bool | None = None,
+        max_retry_delay: dt.timedelta | float | None = None,
         execution_timeout: dt.timedelta | None = None,
         trigger_rule: str | TriggerRule | None = None,
         outlets: Sequence[Asset] | None = None,
+        on_execute_callback: Callback | list[Callback] | None = None,
+        on_success_callback: Callback | list[Callback] | None = None,
+        on_retry_callback: Callback | list[Callback] | None = None,
+        on_failure_callback: Callback | list[Callback] | None = None,
     ):
         from spawnflow.sdk.building import current_dag
 
@@ -76,6 +101,23 @@ class Task:
             self.retry_delay = _timedelta(
                 _pick(retry_delay, defaults, "retry_delay", dt.timedelta(minutes=5)), "retry_delay"
             )
+            backoff = _pick(retry_exponential_backoff, defaults, "retry_exponential_backoff", False)
+            if not isinstance(backoff, bool):
+                raise ValueError(f"retry_exponential_backoff {backoff!r} must be True or False")
+            self.retry_exponential_backoff: bool = backoff
+            cap = _pick(max_retry_delay, defaults, "max_retry_delay", None)
+            self.max_retry_delay = None if cap is None else _timedelta(cap, "max_retry_delay")
+            given = {
+                "on_execute_callback": on_execute_callback,
+                "on_success_callback": on_success_callback,
+                "on_retry_callback": on_retry_callback,
+                "on_failure_callback": on_failure_callback,
+            }
+            #: Each callback's functions, by argument name (only those it has).
+            self.callbacks: dict[str, list[Callback]] = {
+                name: found for name in TASK_CALLBACKS
+                if (found := callback_list(_pick(given[name], defaults, name, None), name))
+            }  # fmt: skip
             timeout = _pick(execution_timeout, defaults, "execution_timeout", None)
             self.execution_timeout = (
                 None if timeout is None else _timedelta(timeout, "execution_timeout")
@@ -375,10 +417,11 @@ def _non_negative_int(value: Any, what: str) -> int:
 
 
 def _timedelta(value: Any, what: str) -> dt.timedelta:
+    given = value  # the message shows what the Dag file wrote, not its conversion
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = dt.timedelta(seconds=value)
     if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
-        raise ValueError(f"{what} {value!r} must be a non-negative timedelta or number of seconds")
+        raise ValueError(f"{what} {given!r} must be a non-negative timedelta or number of seconds")
     return value
 
 

@@ -144,7 +144,7 @@ class DatabaseRecorder(TryRecorder):
                 return None
             if state == TaskState.FAILED and ti.try_number <= ti.max_tries:
                 state = TaskState.UP_FOR_RETRY
-                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_delay)
+                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_wait())
             ti.state, ti.reason, ti.end_date = state, reason, now
             end_deferral(ti)  # a resumed try ended: the next one starts from the beginning
             workload = self.workload

@@ -204,7 +204,11 @@ class TaskSupervisor:
                 if timeout:
                     watched.set_deadline(timeout)
                 return
-            run.outcome = self._serve(child, message) or run.outcome
+            outcome = self._serve(child, message)
+            if outcome is not None:
+                run.outcome = outcome
+                # The try ended; the task's callbacks run now, on a budget of their own.
+                watched.set_deadline(self.settings.core.callback_timeout)
 
         def on_output(watched: Watched, stream: str, data: bytes) -> None:
             attempt.output(stream, data)
@@ -213,6 +217,12 @@ class TaskSupervisor:
             run.status = status
 
         def on_deadline(watched: Watched) -> None:
+            if run.outcome is not None:  # the callbacks ran over: the outcome stands
+                attempt.event("the task's callbacks did not end within [core] "
+                              "callback_timeout: stopping the task process", level="error",
+                              callback_timeout=self.settings.core.callback_timeout)  # fmt: skip
+                self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
+                return
             assert timeout is not None  # only execution_timeout sets the deadline
             self._stop_for_timeout(watched, attempt, timeout)
             run.why = run.why or (
