@@ -167,9 +167,22 @@ class TaskStarting(Message, frozen=True):
     before the task's code runs: its ``execution_timeout`` counts from here."""
 
 
+class Follow(msgspec.Struct, frozen=True):
+    """What a branch or short-circuit task chose, as it returned it: the supervisor (which
+    has the database) checks the ids and decides which task instances are skipped."""
+
+    #: The task or task group ids to follow; empty: none of the downstream tasks.
+    task_ids: list[str]
+    #: Skip every task downstream, not only the direct ones (a short-circuit that
+    #: ignores the downstream trigger rules).
+    whole_downstream: bool = False
+
+
 class TaskOutcome(Message, frozen=True):
     """Sent by the task process as its last word."""
 
     state: str  # "success", "failed" or "deferred"
     reason: str | None = None
     deferral: Deferral | None = None
+    #: A branch or short-circuit task that succeeded: what it chose to follow.
+    follow: Follow | None = None

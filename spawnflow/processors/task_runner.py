@@ -31,7 +31,7 @@ from spawnflow.comms.tasks import (
     XComPull,
     XComPush,
 )
-from spawnflow.sdk import callbacks, loading, runtime, state, xcom
+from spawnflow.sdk import branching, callbacks, loading, runtime, state, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
@@ -77,6 +77,10 @@ def run_task(channel, workload: Workload) -> None:
         channel.send(TaskStarting())
         _call_back(task, "on_execute_callback")
         result = _resume(task, workload) if resuming else _execute(task, channel)
+        try:
+            follow = branching.follow_of(task, result)
+        except ValueError as error:
+            raise TaskFailed(str(error)) from None
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
             _push(channel, "return_value", encoded)
@@ -107,7 +111,7 @@ def run_task(channel, workload: Workload) -> None:
         _call_back_failure(task, workload, error, reason)
         return
     logger.info("task succeeded", task_id=workload.task_id)
-    channel.send(TaskOutcome(state=TaskState.SUCCESS))
+    channel.send(TaskOutcome(state=TaskState.SUCCESS, follow=follow))
     _call_back(task, "on_success_callback", exception=None, reason=None)
 
 

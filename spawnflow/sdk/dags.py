@@ -145,6 +145,8 @@ class Dag:
         self.max_active_tasks = max_active_tasks
         self.description = description
         self.task_dict: dict[str, Task] = {}
+        #: Its task groups by id (spawnflow.sdk.groups.TaskGroup), nested ones too.
+        self.task_groups: dict[str, Any] = {}
         #: The next number to try for each @task name called again (``name__N``).
         self.next_suffix: dict[str, int] = {}
         building.record(self)
@@ -173,6 +175,8 @@ class Dag:
     def add_task(self, task: Task) -> None:
         if task.task_id in self.task_dict:
             raise self.definition_error("a task with this id already exists", task.task_id)
+        if task.task_id in self.task_groups:
+            raise self.definition_error("a task group with this id already exists", task.task_id)
         self.task_dict[task.task_id] = task
 
     def add_dependency(self, upstream: Task, downstream: Task) -> None:

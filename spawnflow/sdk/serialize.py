@@ -41,6 +41,8 @@ class SerializedTask(msgspec.Struct, frozen=True):
     #: The callbacks the task has (``on_success_callback``...): only their names, since
     #: the scheduler never imports the Dag file; the task process finds them there.
     callbacks: list[str] = msgspec.field(default_factory=list)
+    #: The task groups it is in, outermost first (``["extract", "extract.clean"]``).
+    groups: list[str] = msgspec.field(default_factory=list)
 
 
 class SerializedDag(msgspec.Struct, frozen=True, dict=True):
@@ -166,6 +168,7 @@ def _task(task: Task) -> SerializedTask:
         if task.max_retry_delay is None
         else task.max_retry_delay.total_seconds(),
         callbacks=sorted(task.callbacks),
+        groups=task.task_group.chain if task.task_group is not None else [],
     )
 
 

@@ -19,6 +19,7 @@ from spawnflow.sdk.names import check_id
 
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
+    from spawnflow.sdk.groups import TaskGroup
 
 RETURN_VALUE = "return_value"
 
@@ -32,6 +33,9 @@ class TriggerRule(StrEnum):
     ONE_SUCCESS = "one_success"
     ONE_FAILED = "one_failed"
     NONE_FAILED = "none_failed"
+    NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
+    NONE_SKIPPED = "none_skipped"
+    ALL_SKIPPED = "all_skipped"
     ALWAYS = "always"
 
 
@@ -85,7 +89,7 @@ class Task:
         on_retry_callback: Callback | list[Callback] | None = None,
         on_failure_callback: Callback | list[Callback] | None = None,
     ):
-        from spawnflow.sdk.building import current_dag
+        from spawnflow.sdk.building import current_dag, current_group
 
         dag = dag or current_dag()
         if dag is None:
@@ -97,6 +101,13 @@ class Task:
         defaults = self.dag.default_args
         try:
             self.task_id = check_id(task_id, "task id")
+            group = current_group()
+            if group is not None and group.dag is not self.dag:
+                group = None  # a task of another Dag, created inside a group's block
+            #: The innermost task group it was created in (spawnflow.sdk.groups), if any.
+            self.task_group: TaskGroup | None = group
+            if self.task_group is not None:
+                self.task_id = self.task_group.child_id(self.task_id)
             self.retries = _non_negative_int(_pick(retries, defaults, "retries", 0), "retries")
             self.retry_delay = _timedelta(
                 _pick(retry_delay, defaults, "retry_delay", dt.timedelta(minutes=5)), "retry_delay"
@@ -131,6 +142,8 @@ class Task:
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
         self.dag.add_task(self)
+        if self.task_group is not None:
+            self.task_group.add(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.task_id}>"
@@ -138,11 +151,11 @@ class Task:
     # -- dependencies ---------------------------------------------------------------
 
     def set_downstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other, of=self):
+        for task in _tasks(other, of=self, roots=True):
             self.dag.add_dependency(self, task)
 
     def set_upstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other, of=self):
+        for task in _tasks(other, of=self, roots=False):
             self.dag.add_dependency(task, self)
 
     def __rshift__(self, other):
@@ -268,10 +281,22 @@ class CommandTask(Task):
 # -- decorators -----------------------------------------------------------------------
 
 
-class _TaskDecorator:
-    """``@task``, ``@task(retries=2)`` and ``@task.command``."""
+#: Task kinds other SDK modules add to ``@task`` (``branch``, ``short_circuit``: see
+#: :mod:`spawnflow.sdk.branching`), so that this module need not import them.
+_decorator_kinds: dict[str, Callable[..., Task]] = {}
 
-    def __init__(self, factory: type[Task] = PythonTask, **defaults: Any):
+
+def add_decorator_kind(name: str, factory: Callable[..., Task]) -> None:
+    """Make ``@task.<name>`` create tasks with ``factory(task_id, function, op_args=...,
+    op_kwargs=..., **options)``."""
+    _decorator_kinds[name] = factory
+
+
+class _TaskDecorator:
+    """``@task``, ``@task(retries=2)``, ``@task.command``, ``@task.branch`` and
+    ``@task.short_circuit``."""
+
+    def __init__(self, factory: Callable[..., Task] = PythonTask, **defaults: Any):
         self._factory, self._defaults = factory, defaults
 
     def __call__(self, function: Callable[..., Any] | None = None, **options: Any):
@@ -282,11 +307,7 @@ class _TaskDecorator:
         def create(*args: Any, **kwargs: Any) -> XComArg:
             task_id = settings.get("task_id") or _free_task_id(function.__name__)
             rest = {k: v for k, v in settings.items() if k != "task_id"}
-            created: Task
-            if self._factory is CommandTask:
-                created = CommandTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
-            else:
-                created = PythonTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
+            created = self._factory(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
             return created.output
 
         create.__name__ = function.__name__
@@ -299,6 +320,17 @@ class _TaskDecorator:
     def command(self) -> _TaskDecorator:
         """Decorate a function that returns a shell command; the task runs that command."""
         return _TaskDecorator(CommandTask, **self._defaults)
+
+    @property
+    def branch(self) -> _TaskDecorator:
+        """Decorate a function that returns the task id (or ids) to follow; the other
+        tasks directly downstream are skipped."""
+        return _TaskDecorator(_decorator_kinds["branch"], **self._defaults)
+
+    @property
+    def short_circuit(self) -> _TaskDecorator:
+        """Decorate a function whose false return value skips the tasks downstream."""
+        return _TaskDecorator(_decorator_kinds["short_circuit"], **self._defaults)
 
 
 task = _TaskDecorator()
@@ -358,17 +390,20 @@ def _stable_key(item: Any) -> str:
 
 def _free_task_id(name: str) -> str:
     """``name``, or ``name__1``, ``name__2``... when a @task function is called again."""
-    from spawnflow.sdk.building import current_dag
+    from spawnflow.sdk.building import current_dag, current_group
 
     dag = current_dag()
-    if dag is None or name not in dag.task_dict:
+    group = current_group()
+    # Inside a task group the id that must be free is the prefixed one.
+    full = group.child_id if group is not None and group.dag is dag else str
+    if dag is None or full(name) not in dag.task_dict:
         return name
     # From where the last call left off: scanning from 1 made a Dag of N calls of one
     # @task take N^2/2 lookups (a third of a second at 800).
-    number = dag.next_suffix.get(name, 1)
-    while f"{name}__{number}" in dag.task_dict:
+    number = dag.next_suffix.get(full(name), 1)
+    while full(f"{name}__{number}") in dag.task_dict:
         number += 1
-    dag.next_suffix[name] = number + 1
+    dag.next_suffix[full(name)] = number + 1
     return f"{name}__{number}"
 
 
@@ -386,7 +421,9 @@ def _definition_error(kwargs: dict[str, Any], task_id: str, problem: str) -> Exc
     return dag.definition_error(problem, task_id)
 
 
-def _tasks(other: Any, of: Task | None = None) -> list[Task]:
+def _tasks(other: Any, of: Task | None = None, roots: bool = True) -> list[Task]:
+    """The tasks in ``other``; a task group stands for its root tasks (``roots``: it is
+    downstream) or its leaves (it is upstream)."""
     items = other if isinstance(other, list | tuple | set) else [other]
     tasks = []
     for item in items:
@@ -394,6 +431,8 @@ def _tasks(other: Any, of: Task | None = None) -> list[Task]:
             tasks.append(item.task)
         elif isinstance(item, Task):
             tasks.append(item)
+        elif hasattr(item, "edge_tasks"):  # a TaskGroup (spawnflow.sdk.groups)
+            tasks.extend(item.edge_tasks(roots=roots))
         elif of is not None:
             raise of.dag.definition_error(
                 f"cannot set a dependency on {type(item).__name__} {item!r}: not a task",

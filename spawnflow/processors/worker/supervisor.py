@@ -121,6 +121,9 @@ class TaskSupervisor:
             state, reason = TaskState.FAILED, why
         elif outcome is not None and outcome.state == TaskState.SUCCESS:
             state, reason = TaskState.SUCCESS, None
+            if outcome.follow is not None:  # a branch: what it skips is decided here
+                reason = self.recorder.choose(outcome.follow)
+                state = TaskState.FAILED if reason else state
         elif outcome is not None:
             state, reason = TaskState.FAILED, outcome.reason
         else:
