@@ -143,7 +143,14 @@ def _call_back(task: Task | None, which: str, **extra: Any) -> None:
                      error=text.strip().splitlines()[-1])  # fmt: skip
 
     logger.info("callback started", callback=which)
-    callbacks.call_each(task.callbacks[which], context, report)
+    try:
+        callbacks.call_each(task.callbacks[which], context, report)
+    except lifecycle.WarmStop:
+        # The supervisor stops us (spawnflow shuts down, or callback_timeout passed):
+        # the try's outcome was sent already and stands; the rest of the callbacks go.
+        logger.warning("callbacks cut short: the task process was asked to stop",
+                       callback=which)  # fmt: skip
+        raise
 
 
 def _find_task(workload: Workload) -> Task:

@@ -11,9 +11,11 @@ runs after the branch that ran.
 task downstream (with ``ignore_downstream_trigger_rules=False``, only the direct
 ones, and trigger rules decide about the rest); a true value skips nothing.
 
-The task process only reports what the function chose. Which task instances are
-skipped is decided by the task's supervisor, which has the database, in the same
-transaction as the task's success; it fails the task if an id is not in the Dag.
+The task process checks what the function chose against the Dag it imported (an id
+that is neither a task nor a task group of it fails the try there, before any success
+callback) and reports it. Which task instances are skipped is decided by the task's
+supervisor, which has the database, in the same transaction as the task's success;
+it fails the task too if the stored Dag, which may be newer, lacks an id.
 """
 
 from __future__ import annotations
@@ -35,19 +37,49 @@ class BranchTask(PythonTask):
     kind = "branch"
 
     def follow(self, returned: Any) -> Follow:
-        """What the callable chose; ValueError if it returned something else than ids."""
+        """What the callable chose.
+
+        Raises:
+            ValueError: it returned something else than ids, or an id that is neither a
+                task nor a task group of its Dag (naming it, and the ids it can follow).
+        """
         if returned is None:
-            return Follow(task_ids=[])
-        if isinstance(returned, str):
-            return Follow(task_ids=[returned])
-        if isinstance(returned, list | tuple | set | frozenset) and all(
+            ids: list[str] = []
+        elif isinstance(returned, str):
+            ids = [returned]
+        elif isinstance(returned, list | tuple | set | frozenset) and all(
             isinstance(item, str) for item in returned
         ):
-            return Follow(task_ids=sorted(set(returned)))
-        raise ValueError(
-            f"branch task {self.task_id!r} returned {type(returned).__name__} {returned!r}: "
-            "return a task id, a list of task ids or None"
-        )
+            ids = sorted(set(returned))
+        else:
+            raise ValueError(
+                f"branch task {self.task_id!r} returned {type(returned).__name__} "
+                f"{returned!r}: return a task id, a list of task ids or None"
+            )
+        # Checked here, in the task process, against the Dag it imported: the try
+        # fails before its success is reported, so on_failure_callback (not
+        # on_success_callback) runs. The supervisor checks again against the stored Dag.
+        known = self.dag.task_dict.keys() | self.dag.task_groups.keys()
+        unknown = [chosen for chosen in ids if chosen not in known]
+        if unknown:
+            names = ", ".join(repr(name) for name in unknown)
+            choices = ", ".join(repr(name) for name in self.choices())
+            raise ValueError(
+                f"branch task {self.task_id!r} returned {names}, which Dag "
+                f"{self.dag.dag_id!r} has no task or task group of; "
+                + (f"it can follow {choices}" if choices else "it has no task downstream")
+            )
+        return Follow(task_ids=ids)
+
+    def choices(self) -> list[str]:
+        """The ids it can follow: the tasks directly downstream and the task groups they
+        are in (but the groups the branch itself is in), sorted."""
+        own = set(self.task_group.chain) if self.task_group is not None else set()
+        found = set(self.downstream_task_ids)
+        for task_id in self.downstream_task_ids:
+            group = self.dag.task_dict[task_id].task_group
+            found.update(set(group.chain) - own if group is not None else ())
+        return sorted(found)
 
 
 class ShortCircuitTask(PythonTask):

@@ -66,6 +66,7 @@ def test_what_a_branch_function_may_return():
     with Dag("returns"):
         branch = BranchTask("b", lambda: None)
         gate = ShortCircuitTask("s", lambda: None, ignore_downstream_trigger_rules=False)
+        branch >> [BranchTask("x", lambda: None), BranchTask("y", lambda: None)]
     assert branch.follow("x") == Follow(["x"])
     assert branch.follow(["y", "x", "x"]) == Follow(["x", "y"])
     assert branch.follow(None) == Follow([])
@@ -73,3 +74,27 @@ def test_what_a_branch_function_may_return():
         branch.follow(3)
     assert gate.follow("yes") is None
     assert gate.follow(0) == Follow([], whole_downstream=False)
+
+
+def test_a_branch_refuses_an_id_its_dag_lacks_naming_it_and_what_it_can_follow():
+    """Checked in the task process, before the try's success is reported."""
+    with Dag("refuses"):
+        branch = BranchTask("b", lambda: None)
+        with TaskGroup("outer"), TaskGroup("inner") as inner:
+            inside = BranchTask("t", lambda: None)
+        branch >> [inner, BranchTask("plain", lambda: None)]
+        lonely = BranchTask("lonely", lambda: None)
+    assert branch.choices() == ["outer", "outer.inner", "outer.inner.t", "plain"]
+    assert branch.follow(["outer", inside.task_id, "lonely"]).task_ids == [
+        "lonely",
+        "outer",
+        "outer.inner.t",
+    ]  # any task or group of the Dag, as Airflow accepts
+    with pytest.raises(ValueError, match=r"returned 'nope', 'outer\.nope'") as refused:
+        branch.follow(["plain", "nope", "outer.nope"])
+    assert str(refused.value) == (
+        "branch task 'b' returned 'nope', 'outer.nope', which Dag 'refuses' has no task or "
+        "task group of; it can follow 'outer', 'outer.inner', 'outer.inner.t', 'plain'"
+    )
+    with pytest.raises(ValueError, match=r"of; it has no task downstream$"):
+        lonely.follow("nope")

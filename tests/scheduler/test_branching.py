@@ -183,7 +183,7 @@ def test_a_branch_that_returns_an_unknown_task_id_fails_naming_it(dags):
     assert result["pick"].state == "failed"
     assert result["pick"].reason == (
         "branch task 'pick' returned 'nowhere', which Dag 'unknown_branch' has no task or "
-        "task group of"
+        "task group of; it can follow 'there'"
     )
     assert result["there"].state == "upstream_failed"
 

@@ -62,6 +62,9 @@ class _TaskRun:
     timed_out: bool = False
     #: The task process said the task's code starts (TaskStarting).
     started: bool = False
+    #: The supervisor stopped it after its outcome came (its callbacks ran over, or
+    #: spawnflow shuts down): the outcome stands.
+    stopped_after_outcome: bool = False
 
 
 def utcnow() -> dt.datetime:
@@ -90,6 +93,8 @@ class TaskSupervisor:
         #: What the try deferred to, if it did.
         self.deferral: Deferral | None = None
         self.xcom_service: XComService | None = None
+        #: What the watch learned of the task process so far (None before it starts).
+        self._task_run: _TaskRun | None = None
         #: Services the task process and its XCom helper, and runs the heartbeat.
         self.watch = Watch(liveness_interval=LIVENESS_INTERVAL)
 
@@ -108,8 +113,18 @@ class TaskSupervisor:
             outcome, status, why = self._supervise(attempt)
         except lifecycle.WarmStop:  # a second stop request: now
             launcher.stop_children(grace=0)
-            attempt.event("stopped: the worker is shutting down", level="warning")
-            self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
+            outcome = self._task_run.outcome if self._task_run is not None else None
+            if outcome is None:
+                attempt.event("stopped: the worker is shutting down", level="warning")
+                self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
+                raise
+            # The try had ended; only its callbacks were cut short: its outcome stands.
+            attempt.event("stopped during the task's callbacks: the worker is shutting "
+                          "down; the try's outcome stands", level="warning")  # fmt: skip
+            if outcome.deferral is not None:
+                self._defer(outcome, attempt)
+            else:
+                self._finish(*self._ending(outcome, None, None), attempt)
             raise
         if why == "external":
             attempt.event("stopped: the task instance was changed from outside", level="warning")
@@ -117,19 +132,24 @@ class TaskSupervisor:
             return self.recorder.release()
         if why is None and outcome is not None and outcome.deferral is not None:
             return self._defer(outcome, attempt)
+        return self._finish(*self._ending(outcome, status, why), attempt)
+
+    def _ending(self, outcome: TaskOutcome | None, status: ExitStatus | None,
+                why: str | None) -> tuple[str, str | None]:  # fmt: skip
+        """The state and reason a try ends with: the supervisor's ``why`` if it stopped
+        the task before its outcome came, else the outcome (a branch's choice may still
+        fail it), else how the task process ended."""
         if why is not None:
-            state, reason = TaskState.FAILED, why
-        elif outcome is not None and outcome.state == TaskState.SUCCESS:
-            state, reason = TaskState.SUCCESS, None
+            return TaskState.FAILED, why
+        if outcome is not None and outcome.state == TaskState.SUCCESS:
             if outcome.follow is not None:  # a branch: what it skips is decided here
                 reason = self.recorder.choose(outcome.follow)
-                state = TaskState.FAILED if reason else state
-        elif outcome is not None:
-            state, reason = TaskState.FAILED, outcome.reason
-        else:
-            state = TaskState.FAILED
-            reason = f"the task process {status.describe(meaning=False)} before reporting"
-        return self._finish(state, reason, attempt)
+                return (TaskState.FAILED, reason) if reason else (TaskState.SUCCESS, None)
+            return TaskState.SUCCESS, None
+        if outcome is not None:
+            return TaskState.FAILED, outcome.reason
+        how = status.describe(meaning=False) if status is not None else "ended"
+        return TaskState.FAILED, f"the task process {how} before reporting"
 
     def _defer(self, outcome: TaskOutcome, attempt: AttemptLog) -> str:
         """The task deferred: record its trigger; the worker is free at once."""
@@ -189,7 +209,7 @@ class TaskSupervisor:
     def _serve_until_done(self, child: launcher.Child, attempt: AttemptLog):
         """The task process's part of the watch: its messages, output, deadline, exit."""
         timeout = self.workload.execution_timeout
-        run = _TaskRun()
+        run = self._task_run = _TaskRun()
 
         # The user's budget starts when the task's code does: the task process says so
         # once the Dag file is imported, which on a busy machine under spawn can take
@@ -218,12 +238,24 @@ class TaskSupervisor:
 
         def on_exit(watched: Watched, status: ExitStatus) -> None:
             run.status = status
+            if (
+                run.outcome is not None
+                and not run.stopped_after_outcome
+                and (status.killed or status.exitcode != 0)
+            ):
+                # The try's outcome came first and stands; what ended the process
+                # afterwards (a callback that exits, a crash in native code) is news.
+                attempt.event("the task process died after it reported the try's outcome, "
+                              "in the task's callbacks; the outcome stands", level="warning",
+                              status=status.describe(meaning=False),
+                              outcome=run.outcome.state)  # fmt: skip
 
         def on_deadline(watched: Watched) -> None:
             if run.outcome is not None:  # the callbacks ran over: the outcome stands
                 attempt.event("the task's callbacks did not end within [core] "
                               "callback_timeout: stopping the task process", level="error",
                               callback_timeout=self.settings.core.callback_timeout)  # fmt: skip
+                run.stopped_after_outcome = True
                 self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
                 return
             assert timeout is not None  # only execution_timeout sets the deadline
@@ -248,17 +280,26 @@ class TaskSupervisor:
         stop_by = None
         while run.status is None:
             self.watch.wait(timeout=None if stop_by is None else stop_by - time.monotonic())
-            if run.why is None and lifecycle.stop_requested.is_set() and run.status is None:
-                # The worker is stopping: the task gets most of the grace period to
-                # finish; the rest is for stopping it and recording why, before the
+            stopping = run.why is not None or run.stopped_after_outcome
+            if not stopping and lifecycle.stop_requested.is_set() and run.status is None:
+                # The worker is stopping: the task (or, once it reported its outcome,
+                # its callbacks) gets most of the grace period to finish; the rest is
+                # for stopping it and recording how the try ended, before the
                 # scheduler's own grace period ends.
                 grace = self.settings.core.stop_grace_period
                 stop_by = stop_by or time.monotonic() + 0.7 * grace
                 if time.monotonic() >= stop_by:
-                    attempt.event("stopped: spawnflow is shutting down", level="warning")
                     self.watch.stop(watched, grace=0.1 * grace)
-                    run.why = "stopped because spawnflow shut down before the task finished"
-            if run.why is not None and run.status is None and child.exit_status is not None:
+                    if run.outcome is not None:  # the try ended: its outcome stands
+                        attempt.event("stopped during the task's callbacks: spawnflow is "
+                                      "shutting down; the try's outcome stands",
+                                      level="warning", outcome=run.outcome.state)  # fmt: skip
+                        run.stopped_after_outcome = True
+                    else:
+                        attempt.event("stopped: spawnflow is shutting down", level="warning")
+                        run.why = "stopped because spawnflow shut down before the task finished"
+            stopping = run.why is not None or run.stopped_after_outcome
+            if stopping and run.status is None and child.exit_status is not None:
                 run.status = child.exit_status  # stopped by us: its exit is known
         if run.timed_out and run.why is not None:
             how = "killed" if run.status is not None and run.status.cold else "stopped"
