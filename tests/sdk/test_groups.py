@@ -58,6 +58,37 @@ def test_dependencies_on_a_group_are_on_its_roots_and_leaves():
     assert built.get_task("start").downstream_task_ids == {"work.a"}
 
 
+def test_shifts_both_ways_between_groups_task_outputs_and_lists():
+    with Dag("shifts") as built:
+
+        @task
+        def s():
+            return 1
+
+        with TaskGroup("a") as a:
+            s() >> s()
+        with TaskGroup("b") as b:
+            s()
+        with TaskGroup("c") as c:
+            s()
+        first, second, third = s(), s(), s()
+        a << first  # group << task output: the roots wait
+        b << a  # group << group: b's roots wait for a's leaves
+        second << b  # task output << group: it waits for the leaves
+        [second] >> c  # list >> group
+        c >> [third]  # group >> list
+        [a, b] >> third  # groups in a list >> task output
+
+    def upstream(task_id: str) -> set[str]:
+        return built.get_task(task_id).upstream_task_ids
+
+    assert upstream("a.s") == {"s"}
+    assert upstream("b.s") == {"a.s__1"}
+    assert upstream("s__1") == {"b.s"}
+    assert upstream("c.s") == {"s__1"}
+    assert upstream("s__2") == {"c.s", "a.s__1", "b.s"}
+
+
 def test_a_task_group_function_makes_a_group_per_call():
     with Dag("decorated") as built:
 
