@@ -52,6 +52,10 @@ class Workload(msgspec.Struct, frozen=True):
     #: ``try_number <= max_tries`` (the task process picks ``on_retry_callback`` or
     #: ``on_failure_callback`` by it). None: unknown, a failure is taken as the last.
     max_tries: int | None = None
+    #: The task's callbacks, by name (``on_failure_callback``...): the supervisor calls
+    #: the failure ones in a new task process when it had to stop the task on its
+    #: ``execution_timeout`` (the task process could not call them itself).
+    callbacks: list[str] = msgspec.field(default_factory=list)
 
     def retry_wait(self) -> float:
         """Seconds this try waits before the next one if it fails (see

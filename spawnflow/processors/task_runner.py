@@ -41,8 +41,13 @@ class TaskFailed(Exception):
     """The task's own failure, with a reason for its task instance."""
 
 
-def run_task(channel, workload: Workload) -> None:
-    """Run one try of one task and report how it ended."""
+class ExecutionTimeout(TaskFailed):
+    """The task ran past its ``execution_timeout`` and its supervisor stopped it: the
+    ``exception`` in the context of the failure callbacks that follow."""
+
+
+def _install_context(channel, workload: Workload) -> None:
+    """Make the try's context what get_current_context() returns in this process."""
     context = {
         "dag_id": workload.dag_id,
         "task_id": workload.task_id,
@@ -61,6 +66,11 @@ def run_task(channel, workload: Workload) -> None:
         ),
     }  # fmt: skip
     runtime.install(channel, context)
+
+
+def run_task(channel, workload: Workload) -> None:
+    """Run one try of one task and report how it ended."""
+    _install_context(channel, workload)
     logger = logs.get_logger("spawnflow.task")
     resuming = workload.next_method is not None
     logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
@@ -113,6 +123,28 @@ def run_task(channel, workload: Workload) -> None:
     logger.info("task succeeded", task_id=workload.task_id)
     channel.send(TaskOutcome(state=TaskState.SUCCESS, follow=follow))
     _call_back(task, "on_success_callback", exception=None, reason=None)
+
+
+def call_back_after_timeout(channel, workload: Workload, reason: str) -> None:
+    """Call the failure callbacks (``on_retry_callback`` or ``on_failure_callback``) of
+    a try its supervisor stopped on its ``execution_timeout``, as Airflow does.
+
+    A fresh task process does it (the stopped one may have hung in native code, law 8):
+    it imports the Dag file again and calls them with the try's context, ``reason`` and
+    an :class:`ExecutionTimeout` as ``exception``. The try's state is the supervisor's
+    to record; nothing here changes it.
+    """
+    _install_context(channel, workload)
+    try:
+        task = _find_task(workload)
+    except lifecycle.WarmStop:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the Dag file's error is only logged
+        logs.get_logger("spawnflow.task").error(
+            "callbacks not called", reason=f"{type(error).__name__}: {error}"
+        )
+        return
+    _call_back_failure(task, workload, ExecutionTimeout(reason), reason)
 
 
 def _call_back_failure(task: Task | None, workload: Workload, error: BaseException,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DAG_IDS = ("e2e_branching", "e2e_callbacks", "e2e_bad_branch", "e2e_backoff")
+DAG_IDS = ("e2e_branching", "e2e_callbacks", "e2e_bad_branch", "e2e_backoff", "e2e_timeout")
 
 TEXT = """
 import datetime as dt
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def record(name):
     def callback(context):
         fields = {{key: context.get(key) for key in (
             "dag_id", "task_id", "run_id", "try_number", "state", "reason", "failed_task_ids")}}
+        fields["exception"] = type(context.get("exception")).__name__
         with open(MARKS / (name + ".jsonl"), "a") as file:
             file.write(json.dumps(fields) + "\\n")
 
@@ -134,6 +136,16 @@ with Dag("e2e_backoff", schedule="@daily", start_date=START,
         return len(before) + 1
 
     third_time()
+
+
+with Dag("e2e_timeout", schedule="@daily", start_date=START):
+
+    @task(execution_timeout=1, on_failure_callback=record("failure"),
+          on_success_callback=record("success"))
+    def hangs():
+        threading.Event().wait(600)  # until its supervisor stops it
+
+    hangs()
 """
 
 #: How each Dag's run ends, task by task.
@@ -154,13 +166,18 @@ STATES = {
     "e2e_callbacks": {"works": "success", "dies_after": "success"},
     "e2e_bad_branch": {"lost": "failed", "there": "upstream_failed"},
     "e2e_backoff": {"third_time": "success"},
+    "e2e_timeout": {"hangs": "failed"},
 }
-RUN_STATES = {dag_id: "failed" if dag_id == "e2e_bad_branch" else "success" for dag_id in DAG_IDS}
+FAILING = ("e2e_bad_branch", "e2e_timeout")
+RUN_STATES = {dag_id: "failed" if dag_id in FAILING else "success" for dag_id in DAG_IDS}
 
 BAD_BRANCH = (
     "branch task 'lost' returned 'nowhere', which Dag 'e2e_bad_branch' has no task or task "
     "group of; it can follow 'there'"
 )
+
+
+TIMED_OUT = "execution_timeout of 1 seconds exceeded; the task process was stopped"
 
 
 def write(folder: Path, marks: Path) -> Path:
@@ -202,9 +219,11 @@ def check_callbacks_and_backoff(marks: Path, logs: Path, dags: list[str]) -> Non
     if "e2e_bad_branch" in dags:
         # Failed in the task process: on_failure_callback ran, on_success_callback not.
         failures = [m for m in marked(marks, "failure") if m["dag_id"] == "e2e_bad_branch"]
-        assert [(m["task_id"], m["reason"]) for m in failures] == [("lost", BAD_BRANCH)]
+        assert [(m["task_id"], m["reason"], m["exception"]) for m in failures] == [
+            ("lost", BAD_BRANCH, "TaskFailed")
+        ]
         assert [m for m in marked(marks, "success") if m["dag_id"] == "e2e_bad_branch"] == []
-        (dag_failure,) = marked(marks, "dag_failure")
+        (dag_failure,) = marked(marks, "dag_failure")  # only e2e_bad_branch has one that ran
         assert (dag_failure["dag_id"], dag_failure["failed_task_ids"]) == (
             "e2e_bad_branch", ["lost", "there"]
         )  # fmt: skip
@@ -220,3 +239,13 @@ def check_callbacks_and_backoff(marks: Path, logs: Path, dags: list[str]) -> Non
         # base of 1 s (plus a jitter below 1 s), try 3 the cap of 2 s.
         assert starts[1] - starts[0] >= 1.0
         assert starts[2] - starts[1] >= 2.0
+    if "e2e_timeout" in dags:
+        # Stopped by its supervisor, then its on_failure_callback ran in a new task
+        # process, as Airflow calls it on a timeout.
+        failures = [m for m in marked(marks, "failure") if m["dag_id"] == "e2e_timeout"]
+        assert [(m["task_id"], m["reason"], m["exception"]) for m in failures] == [
+            ("hangs", TIMED_OUT, "ExecutionTimeout")
+        ]
+        assert [m for m in marked(marks, "success") if m["dag_id"] == "e2e_timeout"] == []
+        log = try_log(logs, "e2e_timeout", "hangs")
+        assert "calling the task's failure callbacks in a new task process" in log, log

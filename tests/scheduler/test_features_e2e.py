@@ -50,21 +50,22 @@ def test_a_real_scheduler_runs_branches_groups_callbacks_and_backoff(start_metho
 
     done = spawnflow("standalone", "--exit-when-idle", env=env)
 
-    # exits 1: e2e_bad_branch's run failed, as it should
+    # exits 1: the runs of e2e_bad_branch and e2e_timeout failed, as they should
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     assert done.stdout.splitlines()[-1] == (
-        "Done: every due Dag run has finished: 3 succeeded, 1 failed."
+        "Done: every due Dag run has finished: 3 succeeded, 2 failed."
     )
     url = env["SPAWNFLOW__DATABASE__URL"]
     runs, tasks = _states(url)
     assert runs == feature_dags.RUN_STATES
     assert tasks == feature_dags.STATES
     reasons = dict(query(url, "SELECT task_id, reason FROM task_instance WHERE dag_id IN "
-                              "('e2e_branching', 'e2e_bad_branch')"))  # fmt: skip
+                              "('e2e_branching', 'e2e_bad_branch', 'e2e_timeout')"))  # fmt: skip
     assert reasons["unwanted.step"] == "branch task 'choose' followed 'wanted'"
     assert reasons["tail.step"] == "short-circuit task 'gate' returned a false value"
     assert reasons["lost"] == feature_dags.BAD_BRANCH
+    assert reasons["hangs"] == feature_dags.TIMED_OUT
     feature_dags.check_callbacks_and_backoff(marks, tmp_path / "logs", list(feature_dags.DAG_IDS))
     # The Dag callback that raised is in the scheduler's log, which says which one.
     folders = (home, tmp_path / "logs")

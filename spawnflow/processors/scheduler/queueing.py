@@ -121,6 +121,7 @@ def _queue_one(
         execution_timeout=task.execution_timeout, retry_delay=task.retry_delay,
         retry_exponential_backoff=task.retry_exponential_backoff,
         max_retry_delay=task.max_retry_delay, max_tries=ti.max_tries,
+        callbacks=list(task.callbacks),
         log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
         outlets=list(task.outlets), partition_key=run.partition_key,
         multiprocessing_start_method=_task_multiprocessing(settings),

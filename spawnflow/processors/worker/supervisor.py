@@ -45,6 +45,11 @@ from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import runner_for
 
 TARGET = "spawnflow.processors.task_runner:run_task"
+#: A fresh task process that calls the failure callbacks of a try stopped on its
+#: execution_timeout.
+TIMEOUT_CALLBACKS_TARGET = "spawnflow.processors.task_runner:call_back_after_timeout"
+#: The callbacks a failed try calls: on_retry_callback when another try follows.
+_FAILURE_CALLBACKS = frozenset({"on_failure_callback", "on_retry_callback"})
 #: Seconds between two checks that the task process still runs, when its sentinel is
 #: silent.
 LIVENESS_INTERVAL = 0.05
@@ -114,6 +119,11 @@ class TaskSupervisor:
         except lifecycle.WarmStop:  # a second stop request: now
             launcher.stop_children(grace=0)
             outcome = self._task_run.outcome if self._task_run is not None else None
+            run = self._task_run
+            if run is not None and run.timed_out and run.why:  # in its failure callbacks
+                attempt.event("stopped: the worker is shutting down", level="warning")
+                self._finish(TaskState.FAILED, run.why, attempt)
+                raise
             if outcome is None:
                 attempt.event("stopped: the worker is shutting down", level="warning")
                 self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
@@ -196,6 +206,8 @@ class TaskSupervisor:
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
             ended = self._serve_until_done(child, attempt)
+            if self._task_run is not None and self._task_run.timed_out and ended[2]:
+                self._call_back_after_timeout(attempt, ended[2])
         except BaseException:  # a stop right now: the helper goes too, nothing waits
             if runner is not None:
                 runner.stop(grace=0)
@@ -240,6 +252,7 @@ class TaskSupervisor:
             run.status = status
             if (
                 run.outcome is not None
+                and run.why is None
                 and not run.stopped_after_outcome
                 and (status.killed or status.exitcode != 0)
             ):
@@ -305,6 +318,60 @@ class TaskSupervisor:
             how = "killed" if run.status is not None and run.status.cold else "stopped"
             run.why += f"; the task process was {how}"
         return run.outcome, run.status, run.why
+
+    def _call_back_after_timeout(self, attempt: AttemptLog, reason: str) -> None:
+        """The task was stopped on its execution_timeout, so it could not call its
+        failure callbacks: as Airflow does, call them, in a fresh task process that
+        imports the Dag file, within the Dag processor's file_parsing_timeout plus
+        ``[core] callback_timeout``. The try's state is recorded after, as it was
+        decided: the callbacks change nothing. Not while spawnflow shuts down."""
+        if not _FAILURE_CALLBACKS & set(self.workload.callbacks):
+            return
+        if lifecycle.stop_requested.is_set():
+            return
+        spec = launcher.ChildSpec(
+            "task", TIMEOUT_CALLBACKS_TARGET, {"workload": self.workload, "reason": reason},
+            settings=self.settings, log_file=Path(self.workload.log_file),
+            capture_output=True, kill_with_parent=True,
+        )  # fmt: skip
+        attempt.event("calling the task's failure callbacks in a new task process")
+        child = launcher.launch(spec, method=self.method)
+        budget = self.settings.dag_processor.file_parsing_timeout
+        budget += self.settings.core.callback_timeout
+        grace = min(self.settings.core.stop_grace_period, 10.0)
+        ended: list[ExitStatus] = []
+
+        def on_ready(watched: Watched) -> None:
+            watched.set_deadline(budget)
+
+        def on_message(watched: Watched, message: wire.Message) -> None:
+            if isinstance(message, wire.Request):  # a Variable, a Connection, an XCom
+                try:
+                    child.channel.send(self._answer_safely(message))
+                except (OSError, ValueError):
+                    pass  # it died before reading its answer
+
+        def on_deadline(watched: Watched) -> None:
+            attempt.event("the task's failure callbacks did not end within [dag_processor] "
+                          "file_parsing_timeout plus [core] callback_timeout: stopping "
+                          "them", level="error", seconds=budget)  # fmt: skip
+            self.watch.stop(watched, grace=grace)
+
+        def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
+            attempt.event("the task's failure callbacks could not start", level="error",
+                          error=str(error))  # fmt: skip
+
+        watched = self.watch.add(
+            child, on_ready=on_ready, on_message=on_message, on_deadline=on_deadline,
+            on_boot_failure=on_boot_failure, on_exit=lambda _w, status: ended.append(status),
+            on_output=lambda _w, stream, data: attempt.output(stream, data),
+        )  # fmt: skip
+        # A warm stop meanwhile cuts them short; the try's state is recorded all the same.
+        self.watch.until(lambda: bool(ended) or child.exit_status is not None
+                         or lifecycle.stop_requested.is_set(), poll=0.2)  # fmt: skip
+        if not ended and child.exit_status is None:
+            self.watch.stop(watched, grace=0.1 * self.settings.core.stop_grace_period)
+            self.watch.until(lambda: bool(ended) or child.exit_status is not None, timeout=30)
 
     def _beat(self, watched: Watched, run: _TaskRun) -> None:
         """The heartbeat turn: the task instance's, and the worker's to its executor.
