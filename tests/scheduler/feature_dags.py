@@ -177,7 +177,12 @@ BAD_BRANCH = (
 )
 
 
-TIMED_OUT = "execution_timeout of 1 seconds exceeded; the task process was stopped"
+#: Stopped warm, or killed after its grace period where a stop cannot interrupt the
+#: wait (Windows).
+TIMED_OUT = tuple(
+    f"execution_timeout of 1 seconds exceeded; the task process was {how}"
+    for how in ("stopped", "killed")
+)
 
 
 def write(folder: Path, marks: Path) -> Path:
@@ -243,9 +248,8 @@ def check_callbacks_and_backoff(marks: Path, logs: Path, dags: list[str]) -> Non
         # Stopped by its supervisor, then its on_failure_callback ran in a new task
         # process, as Airflow calls it on a timeout.
         failures = [m for m in marked(marks, "failure") if m["dag_id"] == "e2e_timeout"]
-        assert [(m["task_id"], m["reason"], m["exception"]) for m in failures] == [
-            ("hangs", TIMED_OUT, "ExecutionTimeout")
-        ]
+        assert [(m["task_id"], m["exception"]) for m in failures] == [("hangs", "ExecutionTimeout")]
+        assert failures[0]["reason"] in TIMED_OUT
         assert [m for m in marked(marks, "success") if m["dag_id"] == "e2e_timeout"] == []
         log = try_log(logs, "e2e_timeout", "hangs")
         assert "calling the task's failure callbacks in a new task process" in log, log

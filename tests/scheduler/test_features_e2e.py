@@ -65,7 +65,7 @@ def test_a_real_scheduler_runs_branches_groups_callbacks_and_backoff(start_metho
     assert reasons["unwanted.step"] == "branch task 'choose' followed 'wanted'"
     assert reasons["tail.step"] == "short-circuit task 'gate' returned a false value"
     assert reasons["lost"] == feature_dags.BAD_BRANCH
-    assert reasons["hangs"] == feature_dags.TIMED_OUT
+    assert reasons["hangs"] in feature_dags.TIMED_OUT
     feature_dags.check_callbacks_and_backoff(marks, tmp_path / "logs", list(feature_dags.DAG_IDS))
     # The Dag callback that raised is in the scheduler's log, which says which one.
     folders = (home, tmp_path / "logs")
