@@ -484,6 +484,14 @@ OPTIONS: tuple[Option, ...] = (
         "(parse, call and execution timeouts) starts when the child is ready.",
     ),
     Option(
+        "core",
+        "callback_timeout",
+        _seconds(0.1),
+        60.0,
+        "Seconds the callbacks of a task (after its outcome) or of a Dag run may take "
+        "before their process is stopped; the task's or the run's state stays as it was.",
+    ),
+    Option(
         "database",
         "url",
         DATABASE_URL,

@@ -33,6 +33,7 @@ ROLE_COMPONENTS = {
     "dag-processor": "dag_processor",
     "file-parser": "dag_processor",
     "scheduler": "scheduler",
+    "dag-callback": "scheduler",
     "executor-worker": "executor",
     "task": "executor",
     "xcom-helper": "executor",

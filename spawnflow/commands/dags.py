@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +20,7 @@ from spawnflow.commands.output import (
 from spawnflow.commands.state import State, pass_state
 
 if TYPE_CHECKING:
+    from spawnflow.sdk.serialize import SerializedDag
     from spawnflow.services.dag_check import MethodParse, Report
 
 
@@ -107,15 +108,43 @@ def show_command(state: State, dag_id: str, output: str) -> None:
             ("Max active runs", str(document.max_active_runs)),
             ("Tags", ", ".join(document.tags)),
         ])  # fmt: skip
-        rows = [
-            [t.task_id, t.kind, t.trigger_rule, str(t.retries), ", ".join(t.upstream) or "-"]
-            for t in document.tasks
-        ]
+        rows = _task_rows(document)
         return (
             settings + "\n\n" + table(["task", "kind", "trigger rule", "retries", "upstream"], rows)
         )
 
     emit_one(output, record, as_text)
+
+
+def _task_rows(document: SerializedDag) -> list[list[str]]:
+    """One row per task in the order they can run; in a Dag with task groups, each group
+    is a row of its own (``extract/``) with its tasks and groups indented under it, in
+    the order their first task can run."""
+    Node = dict[str, Any]  # {"tasks": [...], "groups": {group id: Node}, "order": [...]}
+    tree: Node = {"order": [], "groups": {}}
+    for task in document.tasks:
+        node = tree
+        for group_id in task.groups:
+            if group_id not in node["groups"]:
+                node["groups"][group_id] = {"order": [], "groups": {}}
+                node["order"].append(("group", group_id))
+            node = node["groups"][group_id]
+        node["order"].append(("task", task))
+    rows: list[list[str]] = []
+
+    def walk(node: Node, depth: int, prefix: str) -> None:
+        indent = "  " * depth
+        for kind, item in node["order"]:
+            if kind == "group":
+                rows.append([f"{indent}{item.removeprefix(prefix)}/", "", "", "", ""])
+                walk(node["groups"][item], depth + 1, f"{item}.")
+                continue
+            name = item.task_id.removeprefix(prefix)
+            rows.append([indent + name, item.kind, item.trigger_rule, str(item.retries),
+                         ", ".join(item.upstream) or "-"])  # fmt: skip
+
+    walk(tree, 0, "")
+    return rows
 
 
 @dags_group.command("list-import-errors", short_help="Show the files that failed to load.")

@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from spawnflow.bootstrap.wire import Message, Request, Response
+from spawnflow.comms import retries
 
 
 class Workload(msgspec.Struct, frozen=True):
@@ -46,6 +47,31 @@ class Workload(msgspec.Struct, frozen=True):
     #: The default start method of the task's own ``multiprocessing`` (``dags check``
     #: sets the method under test); None leaves Python's default.
     multiprocessing_start_method: str | None = None
+    #: The task's ``retry_exponential_backoff`` and ``max_retry_delay`` (seconds).
+    retry_exponential_backoff: bool = False
+    max_retry_delay: float | None = None
+    #: The task instance's ``max_tries`` when it was queued: a failed try is retried if
+    #: ``try_number <= max_tries`` (the task process picks ``on_retry_callback`` or
+    #: ``on_failure_callback`` by it). None: unknown, a failure is taken as the last.
+    max_tries: int | None = None
+    #: The task's callbacks, by name (``on_failure_callback``...): the supervisor calls
+    #: the failure ones in a new task process when it had to stop the task on its
+    #: ``execution_timeout`` (the task process could not call them itself).
+    callbacks: list[str] = msgspec.field(default_factory=list)
+
+    def retry_wait(self) -> float:
+        """Seconds this try waits before the next one if it fails (see
+        :func:`spawnflow.comms.retries.retry_wait`)."""
+        return retries.retry_wait(
+            self.retry_delay, self.try_number,
+            exponential_backoff=self.retry_exponential_backoff,
+            max_retry_delay=self.max_retry_delay,
+            key=retries.try_key(self.dag_id, self.task_id, self.ti_id, self.try_number),
+        )  # fmt: skip
+
+    def retried_if_failed(self) -> bool:
+        """Whether a failure of this try is followed by another try."""
+        return self.max_tries is not None and self.try_number <= self.max_tries
 
 
 # -- scheduler (executor) and worker ---------------------------------------------------
@@ -147,9 +173,22 @@ class TaskStarting(Message, frozen=True):
     before the task's code runs: its ``execution_timeout`` counts from here."""
 
 
+class Follow(msgspec.Struct, frozen=True):
+    """What a branch or short-circuit task chose, as it returned it: the supervisor (which
+    has the database) checks the ids and decides which task instances are skipped."""
+
+    #: The task or task group ids to follow; empty: none of the downstream tasks.
+    task_ids: list[str]
+    #: Skip every task downstream, not only the direct ones (a short-circuit that
+    #: ignores the downstream trigger rules).
+    whole_downstream: bool = False
+
+
 class TaskOutcome(Message, frozen=True):
     """Sent by the task process as its last word."""
 
     state: str  # "success", "failed" or "deferred"
     reason: str | None = None
     deferral: Deferral | None = None
+    #: A branch or short-circuit task that succeeded: what it chose to follow.
+    follow: Follow | None = None

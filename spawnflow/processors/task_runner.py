@@ -3,7 +3,8 @@
 Started by the task's supervisor (inside an executor worker) through the launcher.
 It never opens the database and never imports SQLAlchemy: XComs and Variables are
 requests to the supervisor. Its stdout and stderr are captured by the supervisor
-into the try's log file. Its last message is a TaskOutcome.
+into the try's log file. Its last message is a TaskOutcome; the task's callbacks run
+after it (see :func:`_call_back`), within ``[core] callback_timeout``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from spawnflow.comms.tasks import (
     XComPush,
 )
 from spawnflow.comms.templates import RenderedFields
-from spawnflow.sdk import loading, runtime, state, templates, xcom
+from spawnflow.sdk import branching, callbacks, loading, runtime, state, templates, xcom
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
@@ -39,6 +40,11 @@ from spawnflow.sdk.triggers import TaskDeferred, classpath_of
 
 class TaskFailed(Exception):
     """The task's own failure, with a reason for its task instance."""
+
+
+class ExecutionTimeout(TaskFailed):
+    """The task ran past its ``execution_timeout`` and its supervisor stopped it: the
+    ``exception`` in the context of the failure callbacks that follow."""
 
 
 def _context(workload: Workload) -> dict[str, Any]:
@@ -62,14 +68,21 @@ def _context(workload: Workload) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_task(channel, workload: Workload) -> None:
-    """Run one try of one task and report how it ended."""
+def _install_context(channel, workload: Workload) -> dict[str, Any]:
+    """Make the try's context what get_current_context() returns in this process."""
     context = _context(workload)
     runtime.install(channel, context)
+    return context
+
+
+def run_task(channel, workload: Workload) -> None:
+    """Run one try of one task and report how it ended."""
+    context = _install_context(channel, workload)
     logger = logs.get_logger("spawnflow.task")
     resuming = workload.next_method is not None
     logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
                 try_number=workload.try_number, method=workload.next_method)  # fmt: skip
+    task: Task | None = None
     try:
         if workload.multiprocessing_start_method is not None:
             # What the user's own processes get, as on an OS whose default it is.
@@ -80,7 +93,12 @@ def run_task(channel, workload: Workload) -> None:
         logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
         channel.send(TaskStarting())
         context["templates_dict"] = _render_templates(task, context)
+        _call_back(task, "on_execute_callback")
         result = _resume(task, workload) if resuming else _execute(task, channel)
+        try:
+            follow = branching.follow_of(task, result)
+        except ValueError as error:
+            raise TaskFailed(str(error)) from None
         if result is not None:
             encoded = xcom.encode(result, "return_value", workload.task_id)
             _push(channel, "return_value", encoded)
@@ -93,6 +111,7 @@ def run_task(channel, workload: Workload) -> None:
         except TaskFailed as failure:
             logger.error("task failed", reason=str(failure))
             channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+            _call_back_failure(task, workload, failure, str(failure))
             return
         logger.info("task deferred", trigger=deferral.classpath, resumes_at=deferral.method_name,
                     timeout=deferral.timeout)  # fmt: skip
@@ -101,14 +120,77 @@ def run_task(channel, workload: Workload) -> None:
     except (TaskFailed, xcom.XComError) as failure:
         logger.error("task failed", reason=str(failure))
         channel.send(TaskOutcome(state=TaskState.FAILED, reason=str(failure)))
+        _call_back_failure(task, workload, failure, str(failure))
         return
     except BaseException as error:  # noqa: BLE001 - a task's error of any kind fails the task
         traceback.print_exc()
         reason = traceback.format_exception_only(type(error), error)[-1].strip()
         channel.send(TaskOutcome(state=TaskState.FAILED, reason=reason))
+        _call_back_failure(task, workload, error, reason)
         return
     logger.info("task succeeded", task_id=workload.task_id)
-    channel.send(TaskOutcome(state=TaskState.SUCCESS))
+    channel.send(TaskOutcome(state=TaskState.SUCCESS, follow=follow))
+    _call_back(task, "on_success_callback", exception=None, reason=None)
+
+
+def call_back_after_timeout(channel, workload: Workload, reason: str) -> None:
+    """Call the failure callbacks (``on_retry_callback`` or ``on_failure_callback``) of
+    a try its supervisor stopped on its ``execution_timeout``, as Airflow does.
+
+    A fresh task process does it (the stopped one may have hung in native code, law 8):
+    it imports the Dag file again and calls them with the try's context, ``reason`` and
+    an :class:`ExecutionTimeout` as ``exception``. The try's state is the supervisor's
+    to record; nothing here changes it.
+    """
+    _install_context(channel, workload)
+    try:
+        task = _find_task(workload)
+    except lifecycle.WarmStop:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the Dag file's error is only logged
+        logs.get_logger("spawnflow.task").error(
+            "callbacks not called", reason=f"{type(error).__name__}: {error}"
+        )
+        return
+    _call_back_failure(task, workload, ExecutionTimeout(reason), reason)
+
+
+def _call_back_failure(task: Task | None, workload: Workload, error: BaseException,
+                       reason: str) -> None:  # fmt: skip
+    """A failed try's callback: ``on_retry_callback`` if another try follows, else
+    ``on_failure_callback``. None if the task was not found (nothing to call)."""
+    which = "on_retry_callback" if workload.retried_if_failed() else "on_failure_callback"
+    _call_back(task, which, exception=error, reason=reason)
+
+
+def _call_back(task: Task | None, which: str, **extra: Any) -> None:
+    """Call the task's ``which`` callbacks with its context plus ``extra``.
+
+    The outcome was sent before (but for ``on_execute_callback``, which runs before the
+    task's code): what a callback does never changes the try's state. One that raises
+    is logged, with its traceback, in the try's log, and the next one still runs. A
+    callback that hangs is the supervisor's to stop, after ``[core] callback_timeout``.
+    """
+    if task is None or not task.callbacks.get(which):
+        return
+    logger = logs.get_logger("spawnflow.task")
+    context = {**runtime.get_current_context(), **extra, "task": task}
+
+    def report(function, text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        logger.error("callback failed", callback=which, function=callbacks.name_of(function),
+                     error=text.strip().splitlines()[-1])  # fmt: skip
+
+    logger.info("callback started", callback=which)
+    try:
+        callbacks.call_each(task.callbacks[which], context, report)
+    except lifecycle.WarmStop:
+        # The supervisor stops us (spawnflow shuts down, or callback_timeout passed):
+        # the try's outcome was sent already and stands; the rest of the callbacks go.
+        logger.warning("callbacks cut short: the task process was asked to stop",
+                       callback=which)  # fmt: skip
+        raise
 
 
 def render_task(channel, workload: Workload) -> None:

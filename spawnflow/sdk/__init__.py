@@ -1,8 +1,10 @@
 """What Dag authors import: ``from spawnflow import Dag, dag, task, CommandTask``."""
 
 from spawnflow.sdk.assets import Asset
+from spawnflow.sdk.branching import BranchTask, ShortCircuitTask
 from spawnflow.sdk.connections import Connection
 from spawnflow.sdk.dags import Dag, dag
+from spawnflow.sdk.groups import TaskGroup, task_group
 from spawnflow.sdk.partitions import CustomMapper, DayToMonth, DayToWeek, HourToDay, Identity
 from spawnflow.sdk.runtime import (
     Variable,
@@ -39,6 +41,7 @@ __all__ = [
     "AssetWatcher",
     "BaseSensor",
     "BaseTrigger",
+    "BranchTask",
     "CommandTask",
     "Connection",
     "CustomMapper",
@@ -54,10 +57,12 @@ __all__ = [
     "Identity",
     "PythonTask",
     "SensorTimeout",
+    "ShortCircuitTask",
     "StateStore",
     "StateStoreBackend",
     "Task",
     "TaskDeferred",
+    "TaskGroup",
     "TimeDeltaTrigger",
     "TriggerEvent",
     "TriggerRule",
@@ -68,6 +73,7 @@ __all__ = [
     "dag",
     "get_current_context",
     "task",
+    "task_group",
     "xcom_pull",
     "xcom_pull_async",
     "xcom_push",

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
+    from spawnflow.sdk.groups import TaskGroup
 
 _context: list[Dag] = []
+#: The task groups whose ``with`` blocks are running, innermost last.
+_groups: list[TaskGroup] = []
 #: Every Dag built in this process, in order (the file parser reads it after an import).
 _built: list[Dag] = []
 
@@ -28,6 +31,19 @@ def enter(dag: Dag) -> None:
 
 def leave() -> None:
     _context.pop()
+
+
+def current_group() -> TaskGroup | None:
+    """The task group whose ``with`` block (or @task_group function) is running, if any."""
+    return _groups[-1] if _groups else None
+
+
+def enter_group(group: TaskGroup) -> None:
+    _groups.append(group)
+
+
+def leave_group() -> None:
+    _groups.pop()
 
 
 def record(dag: Dag) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from spawnflow.sdk import building
 from spawnflow.sdk import schedule as schedules
 from spawnflow.sdk.assets import Asset, assets_in
+from spawnflow.sdk.callbacks import DAG_CALLBACKS, Callback, callback_list
 from spawnflow.sdk.names import check_id
 from spawnflow.sdk.partitions import CustomMapper
 from spawnflow.sdk.tasks import DagDefinitionError, Task
@@ -53,7 +54,9 @@ class Dag:
         catchup: create runs for every interval since ``start_date`` (default False).
         tags: labels for listing.
         default_args: defaults for each task (``retries``, ``retry_delay``,
-            ``execution_timeout``, ``trigger_rule``).
+            ``retry_exponential_backoff``, ``max_retry_delay``, ``execution_timeout``,
+            ``trigger_rule``, and the task callbacks ``on_execute_callback``,
+            ``on_success_callback``, ``on_retry_callback``, ``on_failure_callback``).
         params: JSON-ready parameters a run can override with its ``conf``.
         max_active_runs: runs of this Dag that may be active at once.
         max_active_tasks: task instances of this Dag that may run at once.
@@ -64,6 +67,12 @@ class Dag:
             ``CustomMapper`` subclass, see :mod:`spawnflow.sdk.partitions`); the others
             get ``Identity()``. Days,
             weeks and months are the start date's time zone's (UTC without one).
+        on_success_callback: called (a function of the context, or a list of them) when
+            a run succeeds, in a child of the scheduler that imports this Dag file and
+            has no database. The context: ``dag_id``, ``run_id``, ``state``,
+            ``reason``, ``logical_date``, ``conf``. A callback that raises is logged in
+            the scheduler's log and changes nothing.
+        on_failure_callback: the same, when a run fails.
 
     Raises:
         DagDefinitionError: for a bad id, schedule or argument.
@@ -84,6 +93,8 @@ class Dag:
         max_active_tasks: int = 16,
         description: str | None = None,
         partition_mappers: dict[Any, Any] | None = None,
+        on_success_callback: Callback | list[Callback] | None = None,
+        on_failure_callback: Callback | list[Callback] | None = None,
     ):
         self.fileloc = _caller_file()
         self.dag_id = dag_id
@@ -117,6 +128,13 @@ class Dag:
                     raise ValueError(f"{name} {value!r} must be a whole number of at least 1")
             if not all(isinstance(tag, str) for tag in tags):
                 raise ValueError(f"tags {tags!r} must be strings")
+            given = {"on_success_callback": on_success_callback,
+                     "on_failure_callback": on_failure_callback}  # fmt: skip
+            #: Each callback's functions, by argument name (only those it has).
+            self.callbacks: dict[str, list[Callback]] = {
+                name: found for name in DAG_CALLBACKS
+                if (found := callback_list(given[name], name))
+            }  # fmt: skip
         except ValueError as error:
             raise self.definition_error(str(error)) from None
         self.catchup = bool(catchup)
@@ -127,6 +145,8 @@ class Dag:
         self.max_active_tasks = max_active_tasks
         self.description = description
         self.task_dict: dict[str, Task] = {}
+        #: Its task groups by id (spawnflow.sdk.groups.TaskGroup), nested ones too.
+        self.task_groups: dict[str, Any] = {}
         #: The next number to try for each @task name called again (``name__N``).
         self.next_suffix: dict[str, int] = {}
         building.record(self)
@@ -155,6 +175,8 @@ class Dag:
     def add_task(self, task: Task) -> None:
         if task.task_id in self.task_dict:
             raise self.definition_error("a task with this id already exists", task.task_id)
+        if task.task_id in self.task_groups:
+            raise self.definition_error("a task group with this id already exists", task.task_id)
         self.task_dict[task.task_id] = task
 
     def add_dependency(self, upstream: Task, downstream: Task) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from spawnflow.sdk.assets import Asset, AssetRef, WatcherRef, watcher_refs
+from spawnflow.sdk.callbacks import TASK_CALLBACKS
 from spawnflow.sdk.dags import Dag
 from spawnflow.sdk.schedule import Schedule
 from spawnflow.sdk.tasks import Task, to_json
@@ -36,6 +37,14 @@ class SerializedTask(msgspec.Struct, frozen=True):
     outlets: list[str] = msgspec.field(default_factory=list)
     #: The Celery executor's queue for it (None: [celery] default_queue).
     queue: str | None = None
+    retry_exponential_backoff: bool = False
+    #: Seconds; None: no cap but a day's.
+    max_retry_delay: float | None = None
+    #: The callbacks the task has (``on_success_callback``...): only their names, since
+    #: the scheduler never imports the Dag file; the task process finds them there.
+    callbacks: list[str] = msgspec.field(default_factory=list)
+    #: The task groups it is in, outermost first (``["extract", "extract.clean"]``).
+    groups: list[str] = msgspec.field(default_factory=list)
 
 
 class SerializedDag(msgspec.Struct, frozen=True, dict=True):
@@ -57,6 +66,9 @@ class SerializedDag(msgspec.Struct, frozen=True, dict=True):
     tasks: list[SerializedTask]
     #: Every Asset in the schedule or a task's outlets, sorted by URI.
     assets: list[AssetRef] = msgspec.field(default_factory=list)
+    #: The Dag's callbacks (``on_success_callback``, ``on_failure_callback``), by name:
+    #: the scheduler starts a child that imports the Dag file for those it has.
+    callbacks: list[str] = msgspec.field(default_factory=list)
 
     @property
     def task_ids(self) -> list[str]:
@@ -99,9 +111,14 @@ def serialize(dag: Dag) -> SerializedDag:
         max_active_runs=dag.max_active_runs,
         max_active_tasks=dag.max_active_tasks,
         description=dag.description,
-        default_args={key: _default_arg(value) for key, value in dag.default_args.items()},
+        default_args={
+            # Of a callback, the document says only that there is one.
+            key: value is not None if key in TASK_CALLBACKS else _default_arg(value)
+            for key, value in dag.default_args.items()
+        },
         tasks=[_task(dag.task_dict[task_id]) for task_id in order],
         assets=_assets(dag, order),
+        callbacks=sorted(dag.callbacks),
     )
 
 
@@ -149,6 +166,12 @@ def _task(task: Task) -> SerializedTask:
         arguments=task.arguments(),
         outlets=[asset.uri for asset in task.outlets],
         queue=task.queue,
+        retry_exponential_backoff=task.retry_exponential_backoff,
+        max_retry_delay=None
+        if task.max_retry_delay is None
+        else task.max_retry_delay.total_seconds(),
+        callbacks=sorted(task.callbacks),
+        groups=task.task_group.chain if task.task_group is not None else [],
     )
 
 

@@ -14,10 +14,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from spawnflow.sdk.assets import Asset
+from spawnflow.sdk.callbacks import TASK_CALLBACKS, Callback, callback_list
 from spawnflow.sdk.names import check_id
 
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
+    from spawnflow.sdk.groups import TaskGroup
 
 RETURN_VALUE = "return_value"
 
@@ -31,6 +33,9 @@ class TriggerRule(StrEnum):
     ONE_SUCCESS = "one_success"
     ONE_FAILED = "one_failed"
     NONE_FAILED = "none_failed"
+    NONE_FAILED_MIN_ONE_SUCCESS = "none_failed_min_one_success"
+    NONE_SKIPPED = "none_skipped"
+    ALL_SKIPPED = "all_skipped"
     ALWAYS = "always"
 
 
@@ -42,9 +47,28 @@ class Task:
     """Base of every task kind. ``kind`` names it in the serialized Dag.
 
     Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
-    ``execution_timeout``, ``trigger_rule``, ``queue`` (the Celery executor's queue;
-    each defaulting to the Dag's ``default_args``) and ``outlets``, the
+    ``retry_exponential_backoff``, ``max_retry_delay``, ``execution_timeout``,
+    ``trigger_rule``, ``queue`` (the Celery executor's queue) and the callbacks (each
+    defaulting to the Dag's ``default_args``), and ``outlets``, the
     :class:`~spawnflow.sdk.assets.Asset` list the task updates.
+
+    Retries: a failed try is tried again ``retries`` times, ``retry_delay`` (a
+    timedelta or seconds; 5 minutes by default) after it ended. With
+    ``retry_exponential_backoff=True`` the wait doubles with each try, with a jitter,
+    as Airflow's: between ``retry_delay * 2 ** (try_number - 1)`` and twice that, at
+    most ``max_retry_delay`` (a timedelta or seconds; a day if None). See
+    :func:`spawnflow.comms.retries.retry_wait`.
+
+    Callbacks (a function of the context, or a list of them), run in the task
+    process: ``on_execute_callback`` before the task's code, ``on_success_callback``
+    after it succeeded, ``on_retry_callback`` after a failed try that will be tried
+    again, ``on_failure_callback`` after the last one failed. The context is the
+    task's (:func:`~spawnflow.sdk.runtime.get_current_context`) plus ``exception``
+    (None on success) and ``reason``. A callback that raises is logged in the try's
+    log and changes nothing. See :mod:`spawnflow.sdk.callbacks`.
+
+    Raises:
+        DagDefinitionError: for an argument of the wrong type or range.
     """
 
     kind = "task"
@@ -61,13 +85,19 @@ class Task:
         *,
         dag: Dag | None = None,
         retries: int | None = None,
-        retry_delay: dt.timedelta | None = None,
+        retry_delay: dt.timedelta | float | None = None,
+        retry_exponential_backoff: bool | None = None,
+        max_retry_delay: dt.timedelta | float | None = None,
         execution_timeout: dt.timedelta | None = None,
         trigger_rule: str | TriggerRule | None = None,
         outlets: Sequence[Asset] | None = None,
         queue: str | None = None,
+        on_execute_callback: Callback | list[Callback] | None = None,
+        on_success_callback: Callback | list[Callback] | None = None,
+        on_retry_callback: Callback | list[Callback] | None = None,
+        on_failure_callback: Callback | list[Callback] | None = None,
     ):
-        from spawnflow.sdk.building import current_dag
+        from spawnflow.sdk.building import current_dag, current_group
 
         dag = dag or current_dag()
         if dag is None:
@@ -79,10 +109,34 @@ class Task:
         defaults = self.dag.default_args
         try:
             self.task_id = check_id(task_id, "task id")
+            group = current_group()
+            if group is not None and group.dag is not self.dag:
+                group = None  # a task of another Dag, created inside a group's block
+            #: The innermost task group it was created in (spawnflow.sdk.groups), if any.
+            self.task_group: TaskGroup | None = group
+            if self.task_group is not None:
+                self.task_id = self.task_group.child_id(self.task_id)
             self.retries = _non_negative_int(_pick(retries, defaults, "retries", 0), "retries")
             self.retry_delay = _timedelta(
                 _pick(retry_delay, defaults, "retry_delay", dt.timedelta(minutes=5)), "retry_delay"
             )
+            backoff = _pick(retry_exponential_backoff, defaults, "retry_exponential_backoff", False)
+            if not isinstance(backoff, bool):
+                raise ValueError(f"retry_exponential_backoff {backoff!r} must be True or False")
+            self.retry_exponential_backoff: bool = backoff
+            cap = _pick(max_retry_delay, defaults, "max_retry_delay", None)
+            self.max_retry_delay = None if cap is None else _timedelta(cap, "max_retry_delay")
+            given = {
+                "on_execute_callback": on_execute_callback,
+                "on_success_callback": on_success_callback,
+                "on_retry_callback": on_retry_callback,
+                "on_failure_callback": on_failure_callback,
+            }
+            #: Each callback's functions, by argument name (only those it has).
+            self.callbacks: dict[str, list[Callback]] = {
+                name: found for name in TASK_CALLBACKS
+                if (found := callback_list(_pick(given[name], defaults, name, None), name))
+            }  # fmt: skip
             timeout = _pick(execution_timeout, defaults, "execution_timeout", None)
             self.execution_timeout = (
                 None if timeout is None else _timedelta(timeout, "execution_timeout")
@@ -97,6 +151,8 @@ class Task:
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
         self.dag.add_task(self)
+        if self.task_group is not None:
+            self.task_group.add(self)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.task_id}>"
@@ -104,11 +160,11 @@ class Task:
     # -- dependencies ---------------------------------------------------------------
 
     def set_downstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other, of=self):
+        for task in _tasks(other, of=self, roots=True):
             self.dag.add_dependency(self, task)
 
     def set_upstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
-        for task in _tasks(other, of=self):
+        for task in _tasks(other, of=self, roots=False):
             self.dag.add_dependency(task, self)
 
     def __rshift__(self, other):
@@ -249,10 +305,22 @@ class CommandTask(Task):
 # -- decorators -----------------------------------------------------------------------
 
 
-class _TaskDecorator:
-    """``@task``, ``@task(retries=2)`` and ``@task.command``."""
+#: Task kinds other SDK modules add to ``@task`` (``branch``, ``short_circuit``: see
+#: :mod:`spawnflow.sdk.branching`), so that this module need not import them.
+_decorator_kinds: dict[str, Callable[..., Task]] = {}
 
-    def __init__(self, factory: type[Task] = PythonTask, **defaults: Any):
+
+def add_decorator_kind(name: str, factory: Callable[..., Task]) -> None:
+    """Make ``@task.<name>`` create tasks with ``factory(task_id, function, op_args=...,
+    op_kwargs=..., **options)``."""
+    _decorator_kinds[name] = factory
+
+
+class _TaskDecorator:
+    """``@task``, ``@task(retries=2)``, ``@task.command``, ``@task.branch`` and
+    ``@task.short_circuit``."""
+
+    def __init__(self, factory: Callable[..., Task] = PythonTask, **defaults: Any):
         self._factory, self._defaults = factory, defaults
 
     def __call__(self, function: Callable[..., Any] | None = None, **options: Any):
@@ -263,11 +331,7 @@ class _TaskDecorator:
         def create(*args: Any, **kwargs: Any) -> XComArg:
             task_id = settings.get("task_id") or _free_task_id(function.__name__)
             rest = {k: v for k, v in settings.items() if k != "task_id"}
-            created: Task
-            if self._factory is CommandTask:
-                created = CommandTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
-            else:
-                created = PythonTask(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
+            created = self._factory(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
             return created.output
 
         create.__name__ = function.__name__
@@ -280,6 +344,17 @@ class _TaskDecorator:
     def command(self) -> _TaskDecorator:
         """Decorate a function that returns a shell command; the task runs that command."""
         return _TaskDecorator(CommandTask, **self._defaults)
+
+    @property
+    def branch(self) -> _TaskDecorator:
+        """Decorate a function that returns the task id (or ids) to follow; the other
+        tasks directly downstream are skipped."""
+        return _TaskDecorator(_decorator_kinds["branch"], **self._defaults)
+
+    @property
+    def short_circuit(self) -> _TaskDecorator:
+        """Decorate a function whose false return value skips the tasks downstream."""
+        return _TaskDecorator(_decorator_kinds["short_circuit"], **self._defaults)
 
 
 task = _TaskDecorator()
@@ -339,17 +414,20 @@ def _stable_key(item: Any) -> str:
 
 def _free_task_id(name: str) -> str:
     """``name``, or ``name__1``, ``name__2``... when a @task function is called again."""
-    from spawnflow.sdk.building import current_dag
+    from spawnflow.sdk.building import current_dag, current_group
 
     dag = current_dag()
-    if dag is None or name not in dag.task_dict:
+    group = current_group()
+    # Inside a task group the id that must be free is the prefixed one.
+    full = group.child_id if group is not None and group.dag is dag else str
+    if dag is None or full(name) not in dag.task_dict:
         return name
     # From where the last call left off: scanning from 1 made a Dag of N calls of one
     # @task take N^2/2 lookups (a third of a second at 800).
-    number = dag.next_suffix.get(name, 1)
-    while f"{name}__{number}" in dag.task_dict:
+    number = dag.next_suffix.get(full(name), 1)
+    while full(f"{name}__{number}") in dag.task_dict:
         number += 1
-    dag.next_suffix[name] = number + 1
+    dag.next_suffix[full(name)] = number + 1
     return f"{name}__{number}"
 
 
@@ -367,7 +445,9 @@ def _definition_error(kwargs: dict[str, Any], task_id: str, problem: str) -> Exc
     return dag.definition_error(problem, task_id)
 
 
-def _tasks(other: Any, of: Task | None = None) -> list[Task]:
+def _tasks(other: Any, of: Task | None = None, roots: bool = True) -> list[Task]:
+    """The tasks in ``other``; a task group stands for its root tasks (``roots``: it is
+    downstream) or its leaves (it is upstream)."""
     items = other if isinstance(other, list | tuple | set) else [other]
     tasks = []
     for item in items:
@@ -375,6 +455,8 @@ def _tasks(other: Any, of: Task | None = None) -> list[Task]:
             tasks.append(item.task)
         elif isinstance(item, Task):
             tasks.append(item)
+        elif hasattr(item, "edge_tasks"):  # a TaskGroup (spawnflow.sdk.groups)
+            tasks.extend(item.edge_tasks(roots=roots))
         elif of is not None:
             raise of.dag.definition_error(
                 f"cannot set a dependency on {type(item).__name__} {item!r}: not a task",
@@ -398,10 +480,11 @@ def _non_negative_int(value: Any, what: str) -> int:
 
 
 def _timedelta(value: Any, what: str) -> dt.timedelta:
+    given = value  # the message shows what the Dag file wrote, not its conversion
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = dt.timedelta(seconds=value)
     if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
-        raise ValueError(f"{what} {value!r} must be a non-negative timedelta or number of seconds")
+        raise ValueError(f"{what} {given!r} must be a non-negative timedelta or number of seconds")
     return value
 
 

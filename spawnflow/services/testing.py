@@ -250,6 +250,8 @@ def run_task_once(
         logical_date=now, data_interval_start=now, data_interval_end=now, conf={},
         params=document.params, execution_timeout=min(limits) if limits else None,
         retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
+        retry_exponential_backoff=task.retry_exponential_backoff,
+        max_retry_delay=task.max_retry_delay, callbacks=list(task.callbacks),
         multiprocessing_start_method=method,
     )  # fmt: skip
     recorder = InMemoryRecorder(show, upstream, strict)

@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+import spawnflow.example_dags
 from spawnflow.bootstrap import platform as platforms
 from tests.commands.test_cli import assert_user_error, run
 from tests.oskit import press_ctrl_c, start_in_console
@@ -32,6 +33,25 @@ with Dag("fork_only"):
 
 def folder(env: dict[str, str]) -> Path:
     return Path(env["SPAWNFLOW__CORE__DAGS_FOLDER"])
+
+
+def test_dags_show_indents_the_tasks_of_each_task_group_under_it(project, start_method):
+    project["SPAWNFLOW__CORE__MP_START_METHOD"] = start_method
+    example = Path(spawnflow.example_dags.__file__).parent / "example_branching.py"
+    dagfiles.write(folder(project), "example_branching.py", example.read_text())
+    assert run("dag-processor", "--once", env=project).exit_code == 0
+
+    shown = run("dags", "show", "example_branching", env=project).stdout.splitlines()
+
+    tasks = [line.split()[0] if line.split() else "" for line in shown]
+    start = tasks.index("choose_load")
+    # Indented under its group, by its name in it; the upstream column has whole ids.
+    assert [line.rstrip()[:12] for line in shown[start : start + 9]] == [
+        "choose_load ", "full_load/", "  extract   ", "  extract__1", "  extract__2",
+        "  merge     ", "incremental/", "  extract   ", "  merge     ",
+    ]  # fmt: skip
+    assert shown[start + 8].rstrip().endswith("incremental.extract")
+    assert "none_failed_min_one_success" in shown[start + 9]
 
 
 def test_a_missing_dags_folder_is_a_warning_naming_it(project, start_method):

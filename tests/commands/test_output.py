@@ -151,7 +151,7 @@ def test_info_prints_the_installation_as_one_object(home, monkeypatch, output):
                                       "default": "forkserver"}  # fmt: skip
     assert found["components"]["core"] == {"start_method": "forkserver", "source": "the default"}
     assert found["components"]["scheduler"] == {
-        "start_method": "spawn", "roles": ["scheduler"],
+        "start_method": "spawn", "roles": ["scheduler", "dag-callback"],
         "source": "environment variable SPAWNFLOW__SCHEDULER__MP_START_METHOD",
     }  # fmt: skip
     assert found["components"]["executor"]["source"] == "[core]"

@@ -115,3 +115,36 @@ def test_variables(project):
 def test_bad_run_commands_are_one_sentence(project, args, fragment, code):
     assert run("dag-processor", "--once", env=project).exit_code == 0
     assert_user_error(run(*args, env=project), fragment, exit_code=code)
+
+
+BRANCHING = """
+from spawnflow import Dag, TaskGroup, task
+
+with Dag("branch_cli"):
+    @task.branch
+    def pick():
+        return "wanted"
+
+    @task
+    def step():
+        return 1
+
+    with TaskGroup("wanted") as wanted:
+        step() >> step()
+    with TaskGroup("unwanted") as unwanted:
+        step()
+    pick() >> [wanted, unwanted]
+"""
+
+
+def test_dags_test_follows_a_branch_into_a_task_group_and_skips_the_other(project, tmp_path):
+    (tmp_path / "dags" / "branch_cli.py").write_text(BRANCHING, encoding="utf-8")
+
+    result = run("dags", "test", "branch_cli", env=project)
+
+    assert result.exit_code == 0, result.output
+    summary = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()
+               if line.startswith(("pick", "wanted.", "unwanted."))}  # fmt: skip
+    assert summary == {"pick": "success", "wanted.step": "success",
+                       "wanted.step__1": "success", "unwanted.step": "skipped"}  # fmt: skip
+    assert "branch task 'pick' followed 'wanted'" in result.stdout

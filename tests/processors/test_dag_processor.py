@@ -322,6 +322,7 @@ def test_tags_and_schedules_are_stored_for_listing(
         "example_etl": ("@daily", ["example"]),
         "example_command": ("0 6 * * 1-5", ["example"]),
         "example_fan_out_in": ("6:00:00", ["example"]),
+        "example_branching": ("@daily", ["example"]),
     }
 
 

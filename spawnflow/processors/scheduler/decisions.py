@@ -55,6 +55,20 @@ def decide_counts(rule: str, states: Counter[str]) -> str:
         if failed:
             return TaskState.UPSTREAM_FAILED
         return RUN if done else WAIT
+    if rule == "none_failed_min_one_success":  # the join after a branch
+        if failed:
+            return TaskState.UPSTREAM_FAILED
+        if not done:
+            return WAIT
+        return RUN if succeeded else TaskState.SKIPPED
+    if rule == "none_skipped":
+        if skipped:
+            return TaskState.SKIPPED
+        return RUN if done else WAIT
+    if rule == "all_skipped":
+        if skipped < finished:  # one ended otherwise
+            return TaskState.SKIPPED
+        return RUN if done else WAIT
     raise ValueError(f"unknown trigger rule {rule!r}")
 
 

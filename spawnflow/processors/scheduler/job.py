@@ -38,7 +38,14 @@ from spawnflow.executors import BaseExecutor, TaskEnded, WorkerLost
 from spawnflow.models.job import Job
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.models.triggers import end_deferral
-from spawnflow.processors.scheduler import asset_runs, backfills, cut_short, runs, waiting
+from spawnflow.processors.scheduler import (
+    asset_runs,
+    backfills,
+    callbacks,
+    cut_short,
+    runs,
+    waiting,
+)
 from spawnflow.processors.scheduler.queueing import queue_tasks
 
 if TYPE_CHECKING:
@@ -110,6 +117,8 @@ class Scheduler:
         self.ended_runs: Counter[str] = Counter()
         #: Executor events read but not written yet.
         self._events: list = []
+        #: The children running Dag callbacks of runs that ended.
+        self.dag_callbacks = callbacks.DagCallbacks(settings)
         #: Whether a turn gave up on the database because of a stop request.
         self._gave_up = False
         # Checks that need not run every loop, each on a clock of its own (see
@@ -185,6 +194,9 @@ class Scheduler:
             unfinished += [e.workload for e in self._events if isinstance(e, WorkerLost)]
             self._events = []
             self._unregister(unfinished)
+            # Dag callbacks of runs that just ended get their time, unless we stop.
+            budget = self.settings.core.callback_timeout
+            self.dag_callbacks.finish(0.0 if grace_ends is not None else budget)
 
     def _unregister(self, unfinished: list[Workload]) -> None:
         """Record that this scheduler stopped, and queue again what its stop cut short;
@@ -268,6 +280,7 @@ class Scheduler:
 
     def _turn(self, queue: bool) -> LoopSummary:
         self.loops += 1
+        self.dag_callbacks.tend()
         self._take_events()  # first: a task's end is told before its run's
         now = runs.utcnow()
         with orm.session_scope() as session:
@@ -287,6 +300,7 @@ class Scheduler:
             waiting.schedule_tasks(session, self.bag, now, self.only_runs, self.seen, ended)
             # Read now: the session expires them at its commit.
             ended_runs = [(r.dag_id, r.run_id, r.state, r.start_date) for r in ended]
+            calls = callbacks.calls_for(session, self.bag, ended)
         for dag_id, run_id, state, started in ended_runs:  # committed: they ended
             self.ended_runs[state] += 1
             seconds = round((now - runs.aware(started)).total_seconds(), 3) if started else None
@@ -300,6 +314,7 @@ class Scheduler:
                 completed = backfills.complete_backfills(session, now)
             for backfill_id, dag_id in completed:
                 log.info("backfill completed", dag_id=dag_id, backfill_id=backfill_id)
+        self.dag_callbacks.fire(calls)  # committed: the runs ended; not waited for
         stale, deferrals = self._due("stale tasks"), self._due("deferral timeouts")
         if stale or deferrals:
             with orm.session_scope() as session:
@@ -366,7 +381,9 @@ class Scheduler:
             elif ti.try_number != event.workload.try_number:
                 return  # a later try: not this worker's
             elif ti.state == TaskState.RUNNING:
-                runs.fail(ti, now, f"{event.how} while it ran the task", event.workload.retry_delay)
+                runs.fail(
+                    ti, now, f"{event.how} while it ran the task", event.workload.retry_wait()
+                )
                 log.warning("task lost with its worker", dag_id=ti.dag_id, task_id=ti.task_id)
             elif ti.state == TaskState.RESTARTING:  # cleared while it ran: it may run again
                 ti.state = TaskState.NONE

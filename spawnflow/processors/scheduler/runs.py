@@ -16,6 +16,7 @@ from typing import Any, overload
 from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
+from spawnflow.comms import retries
 from spawnflow.comms.states import DagRunState, RunType, TaskState
 from spawnflow.models.backfill import Backfill
 from spawnflow.models.base import one_of
@@ -269,11 +270,20 @@ def fail_stale_tasks(
 
 
 def retry_delay(session: Session, bag: DagBag, ti: TaskInstance) -> float:
+    """Seconds the current try of ``ti`` waits before the next if it fails: its task's
+    retry_delay, or the backoff for this try (0 for a task no longer in its Dag)."""
     doc = bag.get(session, ti.dag_id)
     try:
-        return doc.task(ti.task_id).retry_delay if doc else 0.0
+        task = doc.task(ti.task_id) if doc else None
     except KeyError:
+        task = None
+    if task is None:
         return 0.0
+    return retries.retry_wait(
+        task.retry_delay, ti.try_number, exponential_backoff=task.retry_exponential_backoff,
+        max_retry_delay=task.max_retry_delay,
+        key=retries.try_key(ti.dag_id, ti.task_id, ti.id, ti.try_number),
+    )  # fmt: skip
 
 
 def fail(ti: TaskInstance, now: dt.datetime, reason: str, retry_delay: float = 0.0) -> None:

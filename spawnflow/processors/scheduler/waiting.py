@@ -263,7 +263,7 @@ class _RunTasks:
         decides before all are done. The join of a wide fan-out then costs no count in
         SQL on each of the passes while its upstream tasks run; only the last ones count."""
         rule = task.trigger_rule
-        if rule not in ("all_success", "all_done", "none_failed"):
+        if rule not in ("all_success", "all_done", "none_failed", "none_failed_min_one_success"):
             return False  # rules that can decide before every upstream task is done
         counts = self.counts
         if sum(counts.values()) != len(self.doc.tasks):
@@ -274,7 +274,9 @@ class _RunTasks:
             return False
         failed = sum(counts[state] for state in decisions.FAILED_STATES)
         skipped = counts[TaskState.SKIPPED]
-        return rule == "all_done" or (not failed and (rule == "none_failed" or not skipped))
+        return rule == "all_done" or (
+            not failed and (rule.startswith("none_failed") or not skipped)
+        )
 
     def _read_upstream_rows(self, tasks: list[serialize.SerializedTask]) -> None:
         """Read the states of the small upstream sets' tasks that were not read yet."""

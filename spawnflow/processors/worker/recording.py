@@ -22,10 +22,11 @@ from spawnflow.bootstrap import logs, orm, outage, wire
 from spawnflow.bootstrap import settings as settings_module
 from spawnflow.comms.state import REQUESTS as STATE_REQUESTS
 from spawnflow.comms.states import TaskState
-from spawnflow.comms.tasks import Deferral, Workload
+from spawnflow.comms.tasks import Deferral, Follow, Workload
 from spawnflow.models import asset_events
 from spawnflow.models.run import TaskInstance
 from spawnflow.models.triggers import NO_DEFERRAL, Trigger, answer_state_request, end_deferral
+from spawnflow.processors.worker import skipping
 from spawnflow.processors.worker.xcoms import answer_lookup
 
 T = TypeVar("T")
@@ -56,6 +57,12 @@ class TryRecorder:
     def finish(self, state: str, reason: str | None) -> str | None:
         """How the try ended; the state recorded, or None if it was not ours any more."""
         return state
+
+    def choose(self, follow: Follow) -> str | None:
+        """A branch or short-circuit task chose ``follow``: decide which task instances
+        :meth:`finish` skips with its success; the reason to fail the try instead (an
+        id its Dag does not have). Nothing to skip here: there is no run."""
+        return None
 
     def defer(self, deferral: Deferral) -> str | None:
         """The task handed its waiting to a trigger; ``deferred``, or None if the try
@@ -107,6 +114,8 @@ class DatabaseRecorder(TryRecorder):
         self._beat_failures = 0
         self._next_try = 0.0
         self._state_seen: str = TaskState.NONE
+        #: What a branch or short-circuit task skips when it succeeds: ids and reason.
+        self._skips: tuple[list[str], str] = ([], "")
 
     def _start(self) -> str | None:
         """Mark the task instance running; its state instead if it is no longer queued."""
@@ -144,8 +153,10 @@ class DatabaseRecorder(TryRecorder):
                 return None
             if state == TaskState.FAILED and ti.try_number <= ti.max_tries:
                 state = TaskState.UP_FOR_RETRY
-                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_delay)
+                ti.next_try_at = now + dt.timedelta(seconds=self.workload.retry_wait())
             ti.state, ti.reason, ti.end_date = state, reason, now
+            if state == TaskState.SUCCESS:  # with the success, or a pass could run them
+                skipping.skip(session, ti.dag_run_id, *self._skips, now=now)
             end_deferral(ti)  # a resumed try ended: the next one starts from the beginning
             workload = self.workload
             if state == TaskState.SUCCESS:  # its outlets were updated: in this transaction
@@ -184,6 +195,20 @@ class DatabaseRecorder(TryRecorder):
 
     def defer(self, deferral: Deferral) -> str | None:
         return self._ride_out(lambda: self._defer(deferral), "recording the deferral")
+
+    def choose(self, follow: Follow) -> str | None:
+        return self._ride_out(lambda: self._choose(follow), "reading the Dag for a branch")
+
+    def _choose(self, follow: Follow) -> str | None:
+        with orm.session_scope() as session:
+            doc = skipping.read_dag(session, self.workload.dag_id)
+        if doc is None or self.workload.task_id not in doc.task_index:
+            return None  # the Dag changed meanwhile: the scheduler retires what it lost
+        try:
+            self._skips = skipping.plan(doc, self.workload.task_id, follow)
+        except skipping.UnknownChoice as error:
+            return str(error)
+        return None
 
     def state_owner(self) -> int:
         return self.workload.ti_id

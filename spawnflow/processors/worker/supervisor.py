@@ -45,6 +45,11 @@ from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.calls import runner_for
 
 TARGET = "spawnflow.processors.task_runner:run_task"
+#: A fresh task process that calls the failure callbacks of a try stopped on its
+#: execution_timeout.
+TIMEOUT_CALLBACKS_TARGET = "spawnflow.processors.task_runner:call_back_after_timeout"
+#: The callbacks a failed try calls: on_retry_callback when another try follows.
+_FAILURE_CALLBACKS = frozenset({"on_failure_callback", "on_retry_callback"})
 #: Seconds between two checks that the task process still runs, when its sentinel is
 #: silent.
 LIVENESS_INTERVAL = 0.05
@@ -62,6 +67,9 @@ class _TaskRun:
     timed_out: bool = False
     #: The task process said the task's code starts (TaskStarting).
     started: bool = False
+    #: The supervisor stopped it after its outcome came (its callbacks ran over, or
+    #: spawnflow shuts down): the outcome stands.
+    stopped_after_outcome: bool = False
 
 
 def utcnow() -> dt.datetime:
@@ -92,6 +100,8 @@ class TaskSupervisor:
         #: What the try deferred to, if it did.
         self.deferral: Deferral | None = None
         self.xcom_service: XComService | None = None
+        #: What the watch learned of the task process so far (None before it starts).
+        self._task_run: _TaskRun | None = None
         #: Services the task process and its XCom helper, and runs the heartbeat.
         self.watch = Watch(liveness_interval=LIVENESS_INTERVAL)
 
@@ -110,8 +120,23 @@ class TaskSupervisor:
             outcome, status, why = self._supervise(attempt)
         except lifecycle.WarmStop:  # a second stop request: now
             launcher.stop_children(grace=0)
-            attempt.event("stopped: the worker is shutting down", level="warning")
-            self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
+            outcome = self._task_run.outcome if self._task_run is not None else None
+            run = self._task_run
+            if run is not None and run.timed_out and run.why:  # in its failure callbacks
+                attempt.event("stopped: the worker is shutting down", level="warning")
+                self._finish(TaskState.FAILED, run.why, attempt)
+                raise
+            if outcome is None:
+                attempt.event("stopped: the worker is shutting down", level="warning")
+                self._finish(TaskState.FAILED, "stopped because spawnflow shut down", attempt)
+                raise
+            # The try had ended; only its callbacks were cut short: its outcome stands.
+            attempt.event("stopped during the task's callbacks: the worker is shutting "
+                          "down; the try's outcome stands", level="warning")  # fmt: skip
+            if outcome.deferral is not None:
+                self._defer(outcome, attempt)
+            else:
+                self._finish(*self._ending(outcome, None, None), attempt)
             raise
         if why == "external":
             attempt.event("stopped: the task instance was changed from outside", level="warning")
@@ -119,16 +144,24 @@ class TaskSupervisor:
             return self.recorder.release()
         if why is None and outcome is not None and outcome.deferral is not None:
             return self._defer(outcome, attempt)
+        return self._finish(*self._ending(outcome, status, why), attempt)
+
+    def _ending(self, outcome: TaskOutcome | None, status: ExitStatus | None,
+                why: str | None) -> tuple[str, str | None]:  # fmt: skip
+        """The state and reason a try ends with: the supervisor's ``why`` if it stopped
+        the task before its outcome came, else the outcome (a branch's choice may still
+        fail it), else how the task process ended."""
         if why is not None:
-            state, reason = TaskState.FAILED, why
-        elif outcome is not None and outcome.state == TaskState.SUCCESS:
-            state, reason = TaskState.SUCCESS, None
-        elif outcome is not None:
-            state, reason = TaskState.FAILED, outcome.reason
-        else:
-            state = TaskState.FAILED
-            reason = f"the task process {status.describe(meaning=False)} before reporting"
-        return self._finish(state, reason, attempt)
+            return TaskState.FAILED, why
+        if outcome is not None and outcome.state == TaskState.SUCCESS:
+            if outcome.follow is not None:  # a branch: what it skips is decided here
+                reason = self.recorder.choose(outcome.follow)
+                return (TaskState.FAILED, reason) if reason else (TaskState.SUCCESS, None)
+            return TaskState.SUCCESS, None
+        if outcome is not None:
+            return TaskState.FAILED, outcome.reason
+        how = status.describe(meaning=False) if status is not None else "ended"
+        return TaskState.FAILED, f"the task process {how} before reporting"
 
     def _defer(self, outcome: TaskOutcome, attempt: AttemptLog) -> str:
         """The task deferred: record its trigger; the worker is free at once."""
@@ -175,6 +208,8 @@ class TaskSupervisor:
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
             ended = self._serve_until_done(child, attempt)
+            if self._task_run is not None and self._task_run.timed_out and ended[2]:
+                self._call_back_after_timeout(attempt, ended[2])
         except BaseException:  # a stop right now: the helper goes too, nothing waits
             if runner is not None:
                 runner.stop(grace=0)
@@ -188,7 +223,7 @@ class TaskSupervisor:
     def _serve_until_done(self, child: launcher.Child, attempt: AttemptLog):
         """The task process's part of the watch: its messages, output, deadline, exit."""
         timeout = self.workload.execution_timeout
-        run = _TaskRun()
+        run = self._task_run = _TaskRun()
 
         # The user's budget starts when the task's code does: the task process says so
         # once the Dag file is imported, which on a busy machine under spawn can take
@@ -206,15 +241,38 @@ class TaskSupervisor:
                 if timeout:
                     watched.set_deadline(timeout)
                 return
-            run.outcome = self._serve(child, message) or run.outcome
+            outcome = self._serve(child, message)
+            if outcome is not None:
+                run.outcome = outcome
+                # The try ended; the task's callbacks run now, on a budget of their own.
+                watched.set_deadline(self.settings.core.callback_timeout)
 
         def on_output(watched: Watched, stream: str, data: bytes) -> None:
             attempt.output(stream, data)
 
         def on_exit(watched: Watched, status: ExitStatus) -> None:
             run.status = status
+            if (
+                run.outcome is not None
+                and run.why is None
+                and not run.stopped_after_outcome
+                and (status.killed or status.exitcode != 0)
+            ):
+                # The try's outcome came first and stands; what ended the process
+                # afterwards (a callback that exits, a crash in native code) is news.
+                attempt.event("the task process died after it reported the try's outcome, "
+                              "in the task's callbacks; the outcome stands", level="warning",
+                              status=status.describe(meaning=False),
+                              outcome=run.outcome.state)  # fmt: skip
 
         def on_deadline(watched: Watched) -> None:
+            if run.outcome is not None:  # the callbacks ran over: the outcome stands
+                attempt.event("the task's callbacks did not end within [core] "
+                              "callback_timeout: stopping the task process", level="error",
+                              callback_timeout=self.settings.core.callback_timeout)  # fmt: skip
+                run.stopped_after_outcome = True
+                self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
+                return
             assert timeout is not None  # only execution_timeout sets the deadline
             self._stop_for_timeout(watched, attempt, timeout)
             run.why = run.why or (
@@ -237,22 +295,85 @@ class TaskSupervisor:
         stop_by = None
         while run.status is None:
             self.watch.wait(timeout=None if stop_by is None else stop_by - time.monotonic())
-            if run.why is None and lifecycle.stop_requested.is_set() and run.status is None:
-                # The worker is stopping: the task gets most of the grace period to
-                # finish; the rest is for stopping it and recording why, before the
+            stopping = run.why is not None or run.stopped_after_outcome
+            if not stopping and lifecycle.stop_requested.is_set() and run.status is None:
+                # The worker is stopping: the task (or, once it reported its outcome,
+                # its callbacks) gets most of the grace period to finish; the rest is
+                # for stopping it and recording how the try ended, before the
                 # scheduler's own grace period ends.
                 grace = self.settings.core.stop_grace_period
                 stop_by = stop_by or time.monotonic() + 0.7 * grace
                 if time.monotonic() >= stop_by:
-                    attempt.event("stopped: spawnflow is shutting down", level="warning")
                     self.watch.stop(watched, grace=0.1 * grace)
-                    run.why = "stopped because spawnflow shut down before the task finished"
-            if run.why is not None and run.status is None and child.exit_status is not None:
+                    if run.outcome is not None:  # the try ended: its outcome stands
+                        attempt.event("stopped during the task's callbacks: spawnflow is "
+                                      "shutting down; the try's outcome stands",
+                                      level="warning", outcome=run.outcome.state)  # fmt: skip
+                        run.stopped_after_outcome = True
+                    else:
+                        attempt.event("stopped: spawnflow is shutting down", level="warning")
+                        run.why = "stopped because spawnflow shut down before the task finished"
+            stopping = run.why is not None or run.stopped_after_outcome
+            if stopping and run.status is None and child.exit_status is not None:
                 run.status = child.exit_status  # stopped by us: its exit is known
         if run.timed_out and run.why is not None:
             how = "killed" if run.status is not None and run.status.cold else "stopped"
             run.why += f"; the task process was {how}"
         return run.outcome, run.status, run.why
+
+    def _call_back_after_timeout(self, attempt: AttemptLog, reason: str) -> None:
+        """The task was stopped on its execution_timeout, so it could not call its
+        failure callbacks: as Airflow does, call them, in a fresh task process that
+        imports the Dag file, within the Dag processor's file_parsing_timeout plus
+        ``[core] callback_timeout``. The try's state is recorded after, as it was
+        decided: the callbacks change nothing. Not while spawnflow shuts down."""
+        if not _FAILURE_CALLBACKS & set(self.workload.callbacks):
+            return
+        if lifecycle.stop_requested.is_set():
+            return
+        spec = launcher.ChildSpec(
+            "task", TIMEOUT_CALLBACKS_TARGET, {"workload": self.workload, "reason": reason},
+            settings=self.settings, log_file=Path(self.workload.log_file),
+            capture_output=True, kill_with_parent=True,
+        )  # fmt: skip
+        attempt.event("calling the task's failure callbacks in a new task process")
+        child = launcher.launch(spec, method=self.method)
+        budget = self.settings.dag_processor.file_parsing_timeout
+        budget += self.settings.core.callback_timeout
+        grace = min(self.settings.core.stop_grace_period, 10.0)
+        ended: list[ExitStatus] = []
+
+        def on_ready(watched: Watched) -> None:
+            watched.set_deadline(budget)
+
+        def on_message(watched: Watched, message: wire.Message) -> None:
+            if isinstance(message, wire.Request):  # a Variable, a Connection, an XCom
+                try:
+                    child.channel.send(self._answer_safely(message))
+                except (OSError, ValueError):
+                    pass  # it died before reading its answer
+
+        def on_deadline(watched: Watched) -> None:
+            attempt.event("the task's failure callbacks did not end within [dag_processor] "
+                          "file_parsing_timeout plus [core] callback_timeout: stopping "
+                          "them", level="error", seconds=budget)  # fmt: skip
+            self.watch.stop(watched, grace=grace)
+
+        def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
+            attempt.event("the task's failure callbacks could not start", level="error",
+                          error=str(error))  # fmt: skip
+
+        watched = self.watch.add(
+            child, on_ready=on_ready, on_message=on_message, on_deadline=on_deadline,
+            on_boot_failure=on_boot_failure, on_exit=lambda _w, status: ended.append(status),
+            on_output=lambda _w, stream, data: attempt.output(stream, data),
+        )  # fmt: skip
+        # A warm stop meanwhile cuts them short; the try's state is recorded all the same.
+        self.watch.until(lambda: bool(ended) or child.exit_status is not None
+                         or lifecycle.stop_requested.is_set(), poll=0.2)  # fmt: skip
+        if not ended and child.exit_status is None:
+            self.watch.stop(watched, grace=0.1 * self.settings.core.stop_grace_period)
+            self.watch.until(lambda: bool(ended) or child.exit_status is not None, timeout=30)
 
     def _beat(self, watched: Watched, run: _TaskRun) -> None:
         """The heartbeat turn: the task instance's, and the worker's to its executor.
