@@ -279,16 +279,10 @@ def test_execution_timeout_is_enforced_on_a_celery_worker(site, metadata_url):
 
 
 def test_a_task_whose_worker_is_killed_runs_again_on_the_other(site, metadata_url):
-    import psutil
-
     first = site.start_worker("machine-a", site.queue)
     scheduler = _start_scheduler(site, "gated")
     wait_for(lambda: site.marks_of("started"), "the first try started", scheduler)
-    # The machine goes away: its worker, the worker's processes and the task's.
-    tree = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
-    for process in tree:
-        process.kill()
-    first.wait(timeout=60)
+    _kill_tree(first)
     (site.marks / "open").write_text("")
     site.start_worker("machine-b", site.queue)
 
@@ -371,7 +365,10 @@ def _kill_tree(process: subprocess.Popen) -> None:
 
     parent = psutil.Process(process.pid)
     for member in [parent, *parent.children(recursive=True)]:
-        member.kill()
+        try:
+            member.kill()
+        except psutil.NoSuchProcess:
+            pass  # it went with its parent (a parent-death signal) before we got to it
     process.wait(timeout=60)
 
 
