@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from spawnflow.sdk import building
 from spawnflow.sdk.names import check_id
-from spawnflow.sdk.tasks import DagDefinitionError, Task
+from spawnflow.sdk.tasks import DagDefinitionError, Linked, Task
 
 if TYPE_CHECKING:
     from spawnflow.sdk.dags import Dag
 
 
-class TaskGroup:
+class TaskGroup(Linked):
     """A named group of tasks (and groups) in a Dag, used as a context manager.
 
     Args:
@@ -124,22 +124,6 @@ class TaskGroup:
     def set_upstream(self, other: Any) -> None:
         for root in self.edge_tasks(roots=True):
             root.set_upstream(other)
-
-    def __rshift__(self, other):
-        self.set_downstream(other)
-        return other
-
-    def __lshift__(self, other):
-        self.set_upstream(other)
-        return other
-
-    def __rrshift__(self, other):  # [a, b] >> group
-        self.set_upstream(other)
-        return self
-
-    def __rlshift__(self, other):  # [a, b] << group
-        self.set_downstream(other)
-        return self
 
 
 def task_group(group_id: str | Callable[..., Any] | None = None, **options: Any):

@@ -43,7 +43,34 @@ class DagDefinitionError(Exception):
     """A Dag or task that cannot be built as written; the message names file, Dag and task."""
 
 
-class Task:
+class Linked:
+    """``>>`` and ``<<`` between tasks, task groups and lists of them, in terms of the
+    class's ``set_downstream`` and ``set_upstream``."""
+
+    def set_downstream(self, other: Any) -> None:
+        raise NotImplementedError
+
+    def set_upstream(self, other: Any) -> None:
+        raise NotImplementedError
+
+    def __rshift__(self, other):
+        self.set_downstream(other)
+        return other
+
+    def __lshift__(self, other):
+        self.set_upstream(other)
+        return other
+
+    def __rrshift__(self, other):  # [a, b] >> self
+        self.set_upstream(other)
+        return self
+
+    def __rlshift__(self, other):  # [a, b] << self
+        self.set_downstream(other)
+        return self
+
+
+class Task(Linked):
     """Base of every task kind. ``kind`` names it in the serialized Dag.
 
     Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
@@ -166,22 +193,6 @@ class Task:
     def set_upstream(self, other: Task | XComArg | Sequence[Task | XComArg]) -> None:
         for task in _tasks(other, of=self, roots=False):
             self.dag.add_dependency(task, self)
-
-    def __rshift__(self, other):
-        self.set_downstream(other)
-        return other
-
-    def __lshift__(self, other):
-        self.set_upstream(other)
-        return other
-
-    def __rrshift__(self, other):  # [a, b] >> self
-        self.set_upstream(other)
-        return self
-
-    def __rlshift__(self, other):  # [a, b] << self
-        self.set_downstream(other)
-        return self
 
     @property
     def output(self) -> XComArg:
