@@ -360,6 +360,7 @@ def _child_entry(
     finally:
         # No orphan survives its supervisor (law 7), however the target ended. A
         # second stop request meanwhile makes this stop cold instead of unwinding it.
+        lifecycle.exiting()
         try:
             stop_children()
         except BaseException:  # noqa: BLE001 - logged; the exit must not be blocked

@@ -80,15 +80,28 @@ def signal_exit_code() -> int | None:
     return None if _stop_signal is None else 128 + _stop_signal
 
 
-@contextmanager
-def unwinding() -> Iterator[None]:
-    """While the launcher stops this process's children, stop requests do not unwind."""
+def exiting() -> None:
+    """This process's target ended and it is on its way out: from now on a stop request
+    only makes the stop of its children cold; it never raises :class:`WarmStop`, which
+    in ``atexit`` handlers and finalizers would only print a traceback."""
     global _unwinding
     _unwinding = True
+
+
+@contextmanager
+def unwinding() -> Iterator[None]:
+    """While the launcher stops this process's children, stop requests do not unwind.
+
+    It restores what was before, not False: a process stopping its children because a
+    stop already unwinds it (or because its target returned) must not take a later
+    request as a reason to raise :class:`WarmStop` again, in ``atexit`` handlers or
+    weakref finalizers, where it is only printed as a traceback."""
+    global _unwinding
+    before, _unwinding = _unwinding, True
     try:
         yield
     finally:
-        _unwinding = False
+        _unwinding = before
 
 
 def install(
