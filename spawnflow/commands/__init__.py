@@ -102,6 +102,7 @@ def _register() -> None:
         db,
         doctor,
         info,
+        pools,
         runs,
         scheduler,
         status,
@@ -128,6 +129,7 @@ def _register() -> None:
     cli.add_command(runs.runs_group)
     cli.add_command(tasks.tasks_group)
     cli.add_command(variables.variables_group)
+    cli.add_command(pools.pools_group)
     cli.add_command(connections.connections_group)
     cli.add_command(xcom.xcom_group)
     cli.add_command(assets.assets_group)

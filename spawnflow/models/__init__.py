@@ -28,11 +28,12 @@ if TYPE_CHECKING:
     from spawnflow.models.base import Base
     from spawnflow.models.dag import DagFileModel, DagModel, ImportErrorModel, SerializedDagModel
     from spawnflow.models.job import Job
+    from spawnflow.models.pool import Pool
     from spawnflow.models.run import DagRun, TaskInstance, Variable, XCom
     from spawnflow.models.triggers import AssetStateValue, TaskStateValue, Trigger
 
 #: The modules that define tables, loaded together on the first name asked for.
-_TABLE_MODULES = ("assets", "backfill", "base", "dag", "job", "run", "triggers")
+_TABLE_MODULES = ("assets", "backfill", "base", "dag", "job", "pool", "run", "triggers")
 
 __all__ = [
     "AssetEvent",
@@ -52,6 +53,7 @@ __all__ = [
     "PendingAssetEvent",
     "PendingAssetMapping",
     "PendingAssetRun",
+    "Pool",
     "SerializedDagModel",
     "TaskInstance",
     "TaskStateValue",

@@ -92,6 +92,11 @@ class TaskInstance(Base):
     #: arguments as JSON text (the trigger's event among them, once it fired).
     next_method: Mapped[str | None] = mapped_column(String(250))
     next_kwargs: Mapped[str | None] = mapped_column(LongText)
+    #: The pool the task takes slots from, how many, and its effective priority weight
+    #: (see :mod:`spawnflow.models.pool`); the scheduler queues heavier ones first.
+    pool: Mapped[str] = mapped_column(Identifier, index=True, server_default="default_pool")
+    pool_slots: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    priority_weight: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     #: How many times the row was updated: every UPDATE through SQLAlchemy, ORM flush
     #: or statement, raises it (``onupdate``), whoever writes it. The scheduler sums it
     #: per run to skip runs in which nothing changed since its last pass.

@@ -22,6 +22,7 @@ from spawnflow.sdk.tasks import (
     PythonTask,
     Task,
     TriggerRule,
+    WeightRule,
     XComArg,
     task,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "TriggerEvent",
     "TriggerRule",
     "Variable",
+    "WeightRule",
     "XComArg",
     "XComBackend",
     "XComRef",

@@ -45,6 +45,12 @@ class SerializedTask(msgspec.Struct, frozen=True):
     callbacks: list[str] = msgspec.field(default_factory=list)
     #: The task groups it is in, outermost first (``["extract", "extract.clean"]``).
     groups: list[str] = msgspec.field(default_factory=list)
+    #: The pool a try takes ``pool_slots`` slots of; its own priority weight, and how
+    #: the effective weight is made from it (see :attr:`SerializedDag.priority_weights`).
+    pool: str = "default_pool"
+    pool_slots: int = 1
+    priority_weight: int = 1
+    weight_rule: str = "downstream"
 
 
 class SerializedDag(msgspec.Struct, frozen=True, dict=True):
@@ -78,6 +84,26 @@ class SerializedDag(msgspec.Struct, frozen=True, dict=True):
     def task_index(self) -> dict[str, int]:
         """Each task's position in :attr:`tasks` (computed once per decoded document)."""
         return {task.task_id: n for n, task in enumerate(self.tasks)}
+
+    @functools.cached_property
+    def priority_weights(self) -> dict[str, int]:
+        """Each task's effective priority weight, as Airflow makes it: its own weight,
+        plus every downstream task's (``downstream``) or every upstream task's
+        (``upstream``), or alone (``absolute``)."""
+        below: dict[str, set[str]] = {}  # every task downstream of each, itself excluded
+        for task in reversed(self.tasks):  # topological order: downstream ones first
+            below[task.task_id] = set(task.downstream).union(*(below[d] for d in task.downstream))
+        above: dict[str, set[str]] = {}
+        for task in self.tasks:
+            above[task.task_id] = set(task.upstream).union(*(above[u] for u in task.upstream))
+        own = {task.task_id: task.priority_weight for task in self.tasks}
+        related = {"downstream": below, "upstream": above}
+        return {
+            task.task_id: task.priority_weight + sum(
+                own[other] for other in related.get(task.weight_rule, {}).get(task.task_id, ())
+            )
+            for task in self.tasks
+        }  # fmt: skip
 
     def task(self, task_id: str) -> SerializedTask:
         try:
@@ -172,6 +198,10 @@ def _task(task: Task) -> SerializedTask:
         else task.max_retry_delay.total_seconds(),
         callbacks=sorted(task.callbacks),
         groups=task.task_group.chain if task.task_group is not None else [],
+        pool=task.pool,
+        pool_slots=task.pool_slots,
+        priority_weight=task.priority_weight,
+        weight_rule=task.weight_rule.value,
     )
 
 

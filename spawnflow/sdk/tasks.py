@@ -39,6 +39,14 @@ class TriggerRule(StrEnum):
     ALWAYS = "always"
 
 
+class WeightRule(StrEnum):
+    """How a task's effective priority weight is made from its own (Airflow's names)."""
+
+    DOWNSTREAM = "downstream"
+    UPSTREAM = "upstream"
+    ABSOLUTE = "absolute"
+
+
 class DagDefinitionError(Exception):
     """A Dag or task that cannot be built as written; the message names file, Dag and task."""
 
@@ -75,9 +83,12 @@ class Task(Linked):
 
     Every kind takes these keyword arguments: ``dag``, ``retries``, ``retry_delay``,
     ``retry_exponential_backoff``, ``max_retry_delay``, ``execution_timeout``,
-    ``trigger_rule``, ``queue`` (the Celery executor's queue) and the callbacks (each
-    defaulting to the Dag's ``default_args``), and ``outlets``, the
-    :class:`~spawnflow.sdk.assets.Asset` list the task updates.
+    ``trigger_rule``, ``queue`` (the Celery executor's queue), the callbacks,
+    ``pool`` (the pool whose slots a try takes; ``default_pool``), ``pool_slots`` (how
+    many; 1), ``priority_weight`` (1) and ``weight_rule`` (``downstream``: the task's
+    weight plus every downstream task's, ``upstream``: plus every upstream task's,
+    ``absolute``: its own), each defaulting to the Dag's ``default_args``; and
+    ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list the task updates.
 
     Retries: a failed try is tried again ``retries`` times, ``retry_delay`` (a
     timedelta or seconds; 5 minutes by default) after it ended. With
@@ -123,6 +134,10 @@ class Task(Linked):
         on_success_callback: Callback | list[Callback] | None = None,
         on_retry_callback: Callback | list[Callback] | None = None,
         on_failure_callback: Callback | list[Callback] | None = None,
+        pool: str | None = None,
+        pool_slots: int | None = None,
+        priority_weight: int | None = None,
+        weight_rule: str | WeightRule | None = None,
     ):
         from spawnflow.sdk.building import current_dag, current_group
 
@@ -173,6 +188,16 @@ class Task(Linked):
             )
             self.outlets: list[Asset] = _outlets(outlets)
             self.queue: str | None = _queue(_pick(queue, defaults, "queue", None))
+            self.pool: str = _pool(_pick(pool, defaults, "pool", "default_pool"))
+            self.pool_slots = _positive_int(
+                _pick(pool_slots, defaults, "pool_slots", 1), "pool_slots"
+            )
+            self.priority_weight = _whole(
+                _pick(priority_weight, defaults, "priority_weight", 1), "priority_weight"
+            )
+            self.weight_rule = _weight_rule(
+                _pick(weight_rule, defaults, "weight_rule", WeightRule.DOWNSTREAM)
+            )
         except ValueError as error:
             raise self.dag.definition_error(str(error), task_id=task_id) from None
         self.upstream_task_ids: set[str] = set()
@@ -519,6 +544,32 @@ def _trigger_rule(value: Any) -> TriggerRule:
     except ValueError:
         allowed = ", ".join(rule.value for rule in TriggerRule)
         raise ValueError(f"trigger_rule {value!r} must be one of {allowed}") from None
+
+
+def _pool(value: object) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 250:
+        raise ValueError(f"pool must be a pool's name (1 to 250 characters), not {value!r}")
+    return value
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} {value!r} must be a whole number of at least 1")
+    return value
+
+
+def _whole(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} {value!r} must be a whole number")
+    return value
+
+
+def _weight_rule(value: Any) -> WeightRule:
+    try:
+        return WeightRule(value)
+    except ValueError:
+        allowed = ", ".join(rule.value for rule in WeightRule)
+        raise ValueError(f"weight_rule {value!r} must be one of {allowed}") from None
 
 
 def _queue(value: object) -> str | None:

@@ -1,9 +1,15 @@
 """Hand scheduled task instances to the executor, within every concurrency limit.
 
 Limits: the executor's free slots, ``[core] parallelism`` (queued plus running task
-instances overall) and each Dag's ``max_active_tasks``. The scheduled rows are read
-``FOR UPDATE SKIP LOCKED`` and marked queued in the same transaction, so a task
-instance is queued by one scheduler only, once.
+instances overall), each Dag's ``max_active_tasks`` and each pool's slots. The
+scheduled rows are read ``FOR UPDATE SKIP LOCKED`` and marked queued in the same
+transaction, so a task instance is queued by one scheduler only, once. Candidates come
+heaviest effective priority weight first, then by logical date, then by task id.
+
+Pools: the transaction first locks every pool row (``SELECT ... FOR UPDATE``, in name
+order so that two schedulers cannot deadlock), then counts the slots in use and queues.
+A second scheduler waits on those locks until the first commits, and then counts the
+task instances the first queued: two schedulers never hand out the same free slot.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from spawnflow.bootstrap import platform as platforms
@@ -22,6 +28,7 @@ from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.states import RunType, TaskState
 from spawnflow.comms.tasks import Workload
 from spawnflow.models.dag import DagModel
+from spawnflow.models.pool import Pool
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler.asset_runs import triggering_events
 from spawnflow.processors.scheduler.runs import DagBag, aware
@@ -44,6 +51,10 @@ def queue_tasks(
     """Mark up to the limits' worth of scheduled task instances queued; their workloads."""
     if free_slots <= 0:
         return []  # every worker busy: nothing to read
+    # First: a lock taken after a read in this transaction would count stale rows.
+    pools = {pool.pool: pool for pool in session.scalars(
+        select(Pool).order_by(Pool.pool).with_for_update()
+    )}  # fmt: skip
     active = TaskInstance.state.in_(TaskState.ACTIVE)
     per_dag: dict[str, int] = {
         dag_id: count for dag_id, count in session.execute(
@@ -53,33 +64,85 @@ def queue_tasks(
     room = min(free_slots, settings.core.parallelism - sum(per_dag.values()))
     if room <= 0:
         return []
+    used = pool_usage(session, pools)
+    pool_room = {name: pool.slots - used.get(name, 0) for name, pool in pools.items()}
+    _explain_missing_pools(session, pools)
     workloads: list[Workload] = []
     full: set[str] = set()
-    # Dags at their max_active_tasks are left out of the query, so that they cannot
-    # fill every candidate row while other Dags' tasks wait; one Dag can fill up
+    logical_date = (
+        select(DagRun.logical_date).where(DagRun.id == TaskInstance.dag_run_id).scalar_subquery()
+    )
+    # Dags at their max_active_tasks and full pools are left out of the query, so that
+    # they cannot fill every candidate row while other tasks wait; one can fill up
     # during a batch, hence a few rounds.
     for _ in range(3):
         full |= {
             dag_id for dag_id, count in per_dag.items() if count >= _limit(session, bag, dag_id)
         }
-        query = select(TaskInstance).where(TaskInstance.state == TaskState.SCHEDULED)
+        open_pools = [name for name, free in pool_room.items() if free > 0]
+        query = select(TaskInstance).where(
+            TaskInstance.state == TaskState.SCHEDULED, TaskInstance.pool.in_(open_pools)
+        )
         if only is not None:
             query = query.where(TaskInstance.dag_run_id.in_(only))
         if full:
             query = query.where(TaskInstance.dag_id.not_in(full))
         wanted = room - len(workloads)
         candidates = session.scalars(
-            query.order_by(TaskInstance.id).limit(wanted * 4).with_for_update(skip_locked=True)
-        ).all()
+            query.order_by(
+                TaskInstance.priority_weight.desc(), logical_date, TaskInstance.task_id,
+                TaskInstance.id,
+            ).limit(wanted * 4).with_for_update(skip_locked=True)
+        ).all()  # fmt: skip
         for ti in candidates:
             if len(workloads) >= room:
                 break
-            workload = _queue_one(session, bag, settings, ti, per_dag, job_id, now)
+            workload = _queue_one(session, bag, settings, ti, per_dag, pool_room, job_id, now)
             if workload is not None:
                 workloads.append(workload)
         if len(workloads) >= room or len(candidates) < wanted * 4:
             break
     return workloads
+
+
+def pool_usage(session: Session, pools: dict[str, Pool]) -> dict[str, int]:
+    """Slots in use per pool: ``pool_slots`` of queued and running task instances, and of
+    deferred ones in pools that count them."""
+    counted: ColumnElement[bool] = TaskInstance.state.in_(TaskState.ACTIVE)
+    deferring = [name for name, pool in pools.items() if pool.include_deferred]
+    if deferring:
+        counted = or_(counted, and_(TaskInstance.state == TaskState.DEFERRED,
+                                    TaskInstance.pool.in_(deferring)))  # fmt: skip
+    rows = session.execute(
+        select(TaskInstance.pool, func.sum(TaskInstance.pool_slots))
+        .where(counted).group_by(TaskInstance.pool)
+    )  # fmt: skip
+    return {name: int(used or 0) for name, used in rows}
+
+
+def missing_pool_reason(pool: str) -> str:
+    """Why a scheduled task instance whose pool does not exist waits."""
+    return f"pool {pool!r} does not exist; create it with `spawnflow pools set {pool} SLOTS`"
+
+
+def _explain_missing_pools(session: Session, pools: dict[str, Pool]) -> None:
+    """Scheduled task instances in a pool nobody created stay scheduled, saying why.
+
+    Only rows whose reason differs are written, so a waiting task does not bump its
+    ``row_version`` (and wake its run's examination) every pass."""
+    scheduled = TaskInstance.state == TaskState.SCHEDULED
+    missing = session.scalars(
+        select(TaskInstance.pool).distinct().where(scheduled, TaskInstance.pool.not_in(pools))
+    ).all()
+    for name in missing:
+        reason = missing_pool_reason(name)
+        session.execute(
+            update(TaskInstance)
+            .where(scheduled, TaskInstance.pool == name,
+                   or_(TaskInstance.reason.is_(None), TaskInstance.reason != reason))
+            .values(reason=reason)
+            .execution_options(synchronize_session=False)
+        )  # fmt: skip
 
 
 def _limit(session: Session, bag: DagBag, dag_id: str) -> int:
@@ -89,9 +152,10 @@ def _limit(session: Session, bag: DagBag, dag_id: str) -> int:
 
 def _queue_one(
     session: Session, bag: DagBag, settings: Settings, ti: TaskInstance,
-    per_dag: dict[str, int], job_id: int, now: dt.datetime,
+    per_dag: dict[str, int], pool_room: dict[str, int], job_id: int, now: dt.datetime,
 ) -> Workload | None:  # fmt: skip
-    """Mark ``ti`` queued and return its workload; None if its Dag cannot take it now."""
+    """Mark ``ti`` queued and return its workload; None if its Dag or pool cannot take it
+    now."""
     doc = bag.get(session, ti.dag_id)
     if doc is None or per_dag.get(ti.dag_id, 0) >= doc.max_active_tasks:
         return None
@@ -101,6 +165,13 @@ def _queue_one(
         ti.state, ti.end_date = TaskState.REMOVED, now
         ti.reason = "the task is no longer in the Dag"
         return None
+    if (ti.pool, ti.pool_slots) != (task.pool, task.pool_slots):  # the Dag changed
+        ti.pool, ti.pool_slots = task.pool, task.pool_slots
+    if pool_room.get(ti.pool, 0) < ti.pool_slots:
+        return None  # a missing pool's reason is written by _explain_missing_pools
+    pool_room[ti.pool] -= ti.pool_slots
+    if ti.reason is not None and ti.reason.endswith(" SLOTS`"):  # its pool was missing
+        ti.reason = None
     run = session.get(DagRun, ti.dag_run_id)
     model = session.get(DagModel, ti.dag_id)
     # Foreign keys: a task instance's run exists, and so does the run's Dag (the ti's).

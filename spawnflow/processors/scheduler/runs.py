@@ -232,9 +232,18 @@ def start_queued_runs(
                 session.add(TaskInstance(
                     dag_run_id=run.id, dag_id=run.dag_id, task_id=task.task_id,
                     state=TaskState.NONE, try_number=0, max_tries=task.retries,
+                    **pool_columns(doc, task),
                 ))  # fmt: skip
         started += 1
     return started
+
+
+def pool_columns(doc: serialize.SerializedDag, task: serialize.SerializedTask) -> dict[str, Any]:
+    """A new task instance's pool, pool slots and effective priority weight."""
+    return {
+        "pool": task.pool, "pool_slots": task.pool_slots,
+        "priority_weight": doc.priority_weights[task.task_id],
+    }  # fmt: skip
 
 
 def fail_stale_tasks(

@@ -36,7 +36,7 @@ from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.models.base import one_of
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler import decisions
-from spawnflow.processors.scheduler.runs import DagBag, aware
+from spawnflow.processors.scheduler.runs import DagBag, aware, pool_columns
 from spawnflow.sdk import serialize
 
 _REASONS: dict[str, str] = {
@@ -195,7 +195,8 @@ class _RunTasks:
         new = [task for task in self.doc.tasks if task.task_id not in self._rows]
         added = [
             TaskInstance(dag_run_id=self.run.id, dag_id=self.run.dag_id, task_id=task.task_id,
-                         state=TaskState.NONE, try_number=0, max_tries=task.retries)
+                         state=TaskState.NONE, try_number=0, max_tries=task.retries,
+                         **pool_columns(self.doc, task))
             for task in new
         ]  # fmt: skip
         if added:
