@@ -47,7 +47,11 @@ def get_command(state: State, name: str, output: str) -> None:
     emit_one(output, record, lambda: pairs(list(zip(HEADERS, _row(record), strict=True))))
 
 
-@pools_group.command("set", short_help="Create a pool or change its slots.")
+# ignore_unknown_options: ``set NAME -1`` reaches the slots check, not "no such option".
+@pools_group.command(
+    "set", short_help="Create a pool or change its slots.",
+    context_settings={"ignore_unknown_options": True},
+)  # fmt: skip
 @click.argument("name")
 @click.argument("slots", type=int)
 @click.option("--description", help="What the pool is for.")
