@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spawnflow.sdk.assets import Asset
 from spawnflow.sdk.callbacks import TASK_CALLBACKS, Callback, callback_list
@@ -538,12 +538,20 @@ def _outlets(value: Any) -> list[Asset]:
     return list(found.values())
 
 
-def _trigger_rule(value: Any) -> TriggerRule:
+_Choice = TypeVar("_Choice", bound=StrEnum)
+
+
+def _choice(kind: type[_Choice], value: Any, what: str) -> _Choice:
+    """``kind(value)``, or a ValueError naming the argument and every allowed value."""
     try:
-        return TriggerRule(value)
+        return kind(value)
     except ValueError:
-        allowed = ", ".join(rule.value for rule in TriggerRule)
-        raise ValueError(f"trigger_rule {value!r} must be one of {allowed}") from None
+        allowed = ", ".join(choice.value for choice in kind)
+        raise ValueError(f"{what} {value!r} must be one of {allowed}") from None
+
+
+def _trigger_rule(value: Any) -> TriggerRule:
+    return _choice(TriggerRule, value, "trigger_rule")
 
 
 def _pool(value: object) -> str:
@@ -565,11 +573,7 @@ def _whole(value: Any, what: str) -> int:
 
 
 def _weight_rule(value: Any) -> WeightRule:
-    try:
-        return WeightRule(value)
-    except ValueError:
-        allowed = ", ".join(rule.value for rule in WeightRule)
-        raise ValueError(f"weight_rule {value!r} must be one of {allowed}") from None
+    return _choice(WeightRule, value, "weight_rule")
 
 
 def _queue(value: object) -> str | None:
