@@ -47,6 +47,17 @@ class ExecutionTimeout(TaskFailed):
     ``exception`` in the context of the failure callbacks that follow."""
 
 
+class TaskProcessDied(TaskFailed):
+    """The task process ended before it reported how the try went (killed by the OS for
+    memory, a crash in native code, ``os._exit``): the ``exception`` in the context of
+    the failure callbacks that follow."""
+
+
+#: What stopped a try that could not call its own failure callbacks: the exception
+#: those callbacks get.
+_CAUSES: dict[str, type[TaskFailed]] = {"timeout": ExecutionTimeout, "died": TaskProcessDied}
+
+
 def _context(workload: Workload) -> dict[str, Any]:
     """The task's runtime context (``get_current_context``)."""
     return {
@@ -133,14 +144,16 @@ def run_task(channel, workload: Workload) -> None:
     _call_back(task, "on_success_callback", exception=None, reason=None)
 
 
-def call_back_after_timeout(channel, workload: Workload, reason: str) -> None:
+def call_back_failure(channel, workload: Workload, reason: str, cause: str) -> None:
     """Call the failure callbacks (``on_retry_callback`` or ``on_failure_callback``) of
-    a try its supervisor stopped on its ``execution_timeout``, as Airflow does.
+    a try whose task process could not: its supervisor stopped it on its
+    ``execution_timeout`` (``cause`` "timeout"), or it died before reporting ("died"),
+    as Airflow calls them in both cases.
 
     A fresh task process does it (the stopped one may have hung in native code, law 8):
     it imports the Dag file again and calls them with the try's context, ``reason`` and
-    an :class:`ExecutionTimeout` as ``exception``. The try's state is the supervisor's
-    to record; nothing here changes it.
+    an :class:`ExecutionTimeout` or :class:`TaskProcessDied` as ``exception``. The try's
+    state is the supervisor's to record; nothing here changes it.
     """
     _install_context(channel, workload)
     try:
@@ -152,7 +165,7 @@ def call_back_after_timeout(channel, workload: Workload, reason: str) -> None:
             "callbacks not called", reason=f"{type(error).__name__}: {error}"
         )
         return
-    _call_back_failure(task, workload, ExecutionTimeout(reason), reason)
+    _call_back_failure(task, workload, _CAUSES[cause](reason), reason)
 
 
 def _call_back_failure(task: Task | None, workload: Workload, error: BaseException,

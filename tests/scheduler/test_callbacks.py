@@ -23,6 +23,7 @@ from spawnflow.processors.scheduler.runs import aware
 from spawnflow.services import listings
 from spawnflow.services import runs as run_service
 from tests.scheduler import harness
+from tests.scheduler.test_decisions_db import Holding
 from tests.scheduler.test_runs import _values, run_dag
 
 pytestmark = pytest.mark.process
@@ -89,6 +90,28 @@ with Dag("callbacks_raise_on_failure", on_failure_callback=raises):
         raise ValueError("broken on purpose")
 
     broken()
+
+
+with Dag("crashes", default_args={{
+        "retries": 1, "retry_delay": 0, "on_retry_callback": record("retry"),
+        "on_failure_callback": record("failure"), "on_success_callback": record("success")}}):
+    @task
+    def exits():
+        import os
+
+        os._exit(3)  # no outcome, no callbacks from this process
+
+    exits()
+
+
+with Dag("loses_its_supervisor", default_args={{
+        "retries": 1, "retry_delay": 3600, "on_retry_callback": record("retry"),
+        "on_failure_callback": record("failure")}}):
+    @task
+    def held():
+        return "never runs: the test's executor holds it"
+
+    held()
 
 
 with Dag("backs_off", default_args={{"retries": 2, "retry_delay": 1,
@@ -267,3 +290,88 @@ def test_exponential_backoff_is_stored_and_honoured_by_the_scheduler(scheduling)
     assert (harness.run_state(run_id), ti.state, ti.try_number) == ("success", "success", 3)
     assert tries[2][0] >= tries[1][2]  # try 2 started at its next-try time or after
     assert aware(ti.start_date) >= tries[2][2]
+
+
+def test_a_task_process_that_dies_before_reporting_calls_the_failure_callbacks(scheduling):
+    """No outcome came (``os._exit``, as after the OS killed it for memory): its
+    supervisor calls on_retry_callback, then on_failure_callback after the last try, each
+    in a new task process, as after an execution_timeout."""
+    settings, marks = scheduling
+    run_id = run_dag(settings, "crashes")
+    ti = harness.task_instances(run_id)["exits"]
+    died = "the task process exited with code 3 before reporting"
+    assert (harness.run_state(run_id), ti.state, ti.try_number, ti.reason) == (
+        "failed", "failed", 2, died
+    )  # fmt: skip
+    called = [(m["task_id"], m["try_number"], m["reason"], m["exception"])
+              for m in marked(marks, "retry") + marked(marks, "failure")]  # fmt: skip
+    assert called == [
+        ("exits", 1, died, f"TaskProcessDied({died!r})"),
+        ("exits", 2, died, f"TaskProcessDied({died!r})"),
+    ]
+    assert marked(marks, "success") == []
+
+
+class Losing(Holding):
+    """Holds what it is given, and once ``lose`` is set reports each held workload's
+    worker lost (as the local executor does when a worker process dies)."""
+
+    def __init__(self, slots: int):
+        super().__init__(slots)
+        self.lose, self.reported = False, False
+
+    def events(self) -> list:
+        if not self.lose or self.reported:
+            return []
+        from spawnflow.executors import WorkerLost
+
+        self.reported = True
+        return [WorkerLost(workload, "its worker was killed") for workload in self.held]
+
+
+@pytest.mark.parametrize("lost", ["heartbeat", "worker"])
+def test_a_try_whose_supervisor_was_lost_calls_its_callbacks_from_the_scheduler(
+    scheduling, scheduler_log, lost
+):
+    """No task process is left to call them: the scheduler, which ends the try, calls
+    the task's on_retry_callback (or on_failure_callback) in a dag-callback child, once
+    its supervisor stopped heartbeating or its worker died."""
+    from sqlalchemy import select
+
+    from spawnflow.bootstrap import orm
+    from spawnflow.models.run import TaskInstance
+
+    settings, marks = scheduling
+    run_id = harness.trigger("loses_its_supervisor")
+    executor = Losing(1)
+    Scheduler(settings, executor=executor, only_runs={run_id}).run(num_loops=1)
+    assert [workload.task_id for workload in executor.held] == ["held"]
+    silent_since = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
+    with orm.session_scope() as session:  # what its supervisor wrote before it was lost
+        ti = session.scalar(select(TaskInstance).where(
+            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "held"
+        ))  # fmt: skip
+        ti.state, ti.start_date = "running", silent_since
+        ti.try_number = executor.held[0].try_number
+        ti.last_heartbeat = silent_since if lost == "heartbeat" else dt.datetime.now(dt.UTC)
+    executor.lose = lost == "worker"
+    check = harness.deadline(120)
+
+    def called_back() -> bool:
+        check(None)
+        return any(event == "dag callback done" for event, _ in scheduler_log)
+
+    Scheduler(settings, executor=executor, only_runs={run_id}).run(until=called_back)
+    ti = harness.task_instances(run_id)["held"]
+    reason = ("no heartbeat for 5 seconds: its supervisor is gone" if lost == "heartbeat"
+              else "its worker was killed while it ran the task")  # fmt: skip
+    assert (ti.state, ti.try_number, ti.reason) == ("up_for_retry", 1, reason)
+    (retry,) = marked(marks, "retry")
+    assert (retry["task_id"], retry["try_number"], retry["state"], retry["reason"]) == (
+        "held", 1, "up_for_retry", reason
+    )  # fmt: skip
+    assert (retry["exception"], retry["has_task"]) == (f"TaskSupervisorLost({reason!r})", True)
+    assert retry["run_id"] == _run(run_id).run_id
+    assert marked(marks, "failure") == []
+    (done,) = [fields for event, fields in scheduler_log if event == "dag callback done"]
+    assert (done["task_id"], done["callback"]) == ("held", "on_retry_callback")

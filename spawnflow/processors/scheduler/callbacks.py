@@ -1,5 +1,7 @@
 """Dag callbacks, the scheduler's side: when a run ends, start a ``dag-callback`` child
-for its Dag's ``on_success_callback`` or ``on_failure_callback``, and watch it.
+for its Dag's ``on_success_callback`` or ``on_failure_callback``, and watch it. The same
+child calls a task's ``on_failure_callback`` (or ``on_retry_callback``) when the
+scheduler ends a try whose supervisor was lost: no task process is left to call it.
 
 The scheduler never imports a Dag file (the serialized Dag only says which callbacks
 exist), and never waits for a callback: each child is launched and then serviced by a
@@ -40,12 +42,14 @@ _ENDS: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class Call:
-    """One Dag callback to make: plain data, read before the run's session ends."""
+    """One Dag callback, or a task's (``task_id``) callback, to make: plain data, read
+    before the run's session ends."""
 
     dag_file: str
     dag_id: str
     which: str
     context: dict[str, Any]
+    task_id: str | None = None
 
 
 def calls_for(session: Session, bag: DagBag, ended: list[DagRun]) -> list[Call]:
@@ -74,6 +78,29 @@ def calls_for(session: Session, bag: DagBag, ended: list[DagRun]) -> list[Call]:
     return calls
 
 
+def failure_calls_for(session: Session, bag: DagBag, ended: list[TaskInstance]) -> list[Call]:
+    """The failure callbacks of tries the scheduler ended because their supervisor was
+    lost (``ended``: task instances now ``failed`` or ``up_for_retry``): each task's
+    ``on_retry_callback`` if another try follows, else its ``on_failure_callback``."""
+    calls = []
+    for ti in ended:
+        which = ("on_retry_callback" if ti.state == TaskState.UP_FOR_RETRY
+                 else "on_failure_callback")  # fmt: skip
+        doc = bag.get(session, ti.dag_id)
+        if doc is None or ti.task_id not in doc.task_index:
+            continue  # the Dag or the task is gone: nothing says it has callbacks
+        run = session.get(DagRun, ti.dag_run_id)
+        if which not in doc.task(ti.task_id).callbacks or run is None:
+            continue
+        context = {
+            "dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": run.run_id,
+            "try_number": ti.try_number, "state": str(ti.state), "reason": ti.reason,
+            "logical_date": aware(run.logical_date), "conf": json.loads(run.conf or "{}"),
+        }  # fmt: skip
+        calls.append(Call(doc.fileloc, ti.dag_id, which, context, task_id=ti.task_id))
+    return calls
+
+
 class DagCallbacks:
     """The ``dag-callback`` children of one scheduler; constructing it starts nothing."""
 
@@ -87,7 +114,8 @@ class DagCallbacks:
             spec = launcher.ChildSpec(
                 "dag-callback", TARGET,
                 {"dag_file": call.dag_file, "dags_folder": str(self.settings.core.dags_folder),
-                 "dag_id": call.dag_id, "which": call.which, "context": call.context},
+                 "dag_id": call.dag_id, "which": call.which, "context": call.context,
+                 "task_id": call.task_id},
                 settings=self.settings, kill_with_parent=True,
             )  # fmt: skip
             try:
@@ -101,6 +129,8 @@ class DagCallbacks:
 
     def _watch(self, child: launcher.Child, call: Call) -> None:
         where = {"dag_id": call.dag_id, "run_id": call.context["run_id"], "callback": call.which}
+        if call.task_id is not None:
+            where["task_id"] = call.task_id
         ended: list[DagCallbackEnded] = []
         budget = self.settings.dag_processor.file_parsing_timeout
         budget += self.settings.core.callback_timeout

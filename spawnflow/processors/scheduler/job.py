@@ -320,12 +320,15 @@ class Scheduler:
             with orm.session_scope() as session:
                 timeout = self.settings.scheduler.task_heartbeat_timeout
                 back_at = outage.recovered_at()
-                for ti in (runs.fail_stale_tasks(session, self.bag, now, timeout, back_at)
-                           if stale else []):  # fmt: skip
+                lost = (runs.fail_stale_tasks(session, self.bag, now, timeout, back_at)
+                        if stale else [])  # fmt: skip
+                for ti in lost:
                     log.warning("task heartbeat timed out", dag_id=ti.dag_id, task_id=ti.task_id)
                 for ti in (runs.fail_timed_out_deferrals(session, self.bag, now, self.only_runs)
                            if deferrals else []):  # fmt: skip
                     log.warning("deferral timed out", dag_id=ti.dag_id, task_id=ti.task_id)
+                lost_calls = callbacks.failure_calls_for(session, self.bag, lost)
+            self.dag_callbacks.fire(lost_calls)  # committed: those tries ended
         self._handle_events()  # first: a lost worker's slot and task are known before queueing
         # run() sets both before it calls loop_once().
         assert self.executor is not None
@@ -366,6 +369,7 @@ class Scheduler:
 
     def _lost(self, event: WorkerLost) -> None:
         now = runs.utcnow()
+        calls: list[callbacks.Call] = []
         with orm.session_scope() as session:
             ti = session.get(TaskInstance, event.workload.ti_id, with_for_update=True)
             if ti is None:
@@ -385,9 +389,11 @@ class Scheduler:
                     ti, now, f"{event.how} while it ran the task", event.workload.retry_wait()
                 )
                 log.warning("task lost with its worker", dag_id=ti.dag_id, task_id=ti.task_id)
+                calls = callbacks.failure_calls_for(session, self.bag, [ti])
             elif ti.state == TaskState.RESTARTING:  # cleared while it ran: it may run again
                 ti.state = TaskState.NONE
                 end_deferral(ti)
+        self.dag_callbacks.fire(calls)  # committed: the try ended
 
     # -- the job row ----------------------------------------------------------------------
 

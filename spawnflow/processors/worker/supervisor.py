@@ -46,8 +46,8 @@ from spawnflow.xcoms.calls import runner_for
 
 TARGET = "spawnflow.processors.task_runner:run_task"
 #: A fresh task process that calls the failure callbacks of a try stopped on its
-#: execution_timeout.
-TIMEOUT_CALLBACKS_TARGET = "spawnflow.processors.task_runner:call_back_after_timeout"
+#: execution_timeout, or whose task process died before reporting.
+FAILURE_CALLBACKS_TARGET = "spawnflow.processors.task_runner:call_back_failure"
 #: The callbacks a failed try calls: on_retry_callback when another try follows.
 _FAILURE_CALLBACKS = frozenset({"on_failure_callback", "on_retry_callback"})
 #: Seconds between two checks that the task process still runs, when its sentinel is
@@ -160,8 +160,7 @@ class TaskSupervisor:
             return TaskState.SUCCESS, None
         if outcome is not None:
             return TaskState.FAILED, outcome.reason
-        how = status.describe(meaning=False) if status is not None else "ended"
-        return TaskState.FAILED, f"the task process {how} before reporting"
+        return TaskState.FAILED, _died(status)
 
     def _defer(self, outcome: TaskOutcome, attempt: AttemptLog) -> str:
         """The task deferred: record its trigger; the worker is free at once."""
@@ -208,8 +207,11 @@ class TaskSupervisor:
         self.xcom_service = self._xcom_service(child, runner, attempt)
         try:
             ended = self._serve_until_done(child, attempt)
-            if self._task_run is not None and self._task_run.timed_out and ended[2]:
-                self._call_back_after_timeout(attempt, ended[2])
+            outcome, status, why = ended
+            if self._task_run is not None and self._task_run.timed_out and why:
+                self._call_back_failure(attempt, why, "timeout")
+            elif outcome is None and why is None:  # it died on its own, before reporting
+                self._call_back_failure(attempt, _died(status), "died")
         except BaseException:  # a stop right now: the helper goes too, nothing waits
             if runner is not None:
                 runner.stop(grace=0)
@@ -321,18 +323,20 @@ class TaskSupervisor:
             run.why += f"; the task process was {how}"
         return run.outcome, run.status, run.why
 
-    def _call_back_after_timeout(self, attempt: AttemptLog, reason: str) -> None:
-        """The task was stopped on its execution_timeout, so it could not call its
-        failure callbacks: as Airflow does, call them, in a fresh task process that
-        imports the Dag file, within the Dag processor's file_parsing_timeout plus
-        ``[core] callback_timeout``. The try's state is recorded after, as it was
-        decided: the callbacks change nothing. Not while spawnflow shuts down."""
+    def _call_back_failure(self, attempt: AttemptLog, reason: str, cause: str) -> None:
+        """The task was stopped on its execution_timeout, or its process died, so it
+        could not call its failure callbacks: as Airflow does, call them, in a fresh
+        task process that imports the Dag file, within the Dag processor's
+        file_parsing_timeout plus ``[core] callback_timeout``. The try's state is
+        recorded after, as it was decided: the callbacks change nothing. Not while
+        spawnflow shuts down."""
         if not _FAILURE_CALLBACKS & set(self.workload.callbacks):
             return
         if lifecycle.stop_requested.is_set():
             return
         spec = launcher.ChildSpec(
-            "task", TIMEOUT_CALLBACKS_TARGET, {"workload": self.workload, "reason": reason},
+            "task", FAILURE_CALLBACKS_TARGET,
+            {"workload": self.workload, "reason": reason, "cause": cause},
             settings=self.settings, log_file=Path(self.workload.log_file),
             capture_output=True, kill_with_parent=True,
         )  # fmt: skip
@@ -474,3 +478,9 @@ def _assumed_backend(settings: Settings) -> BackendChoice:
     backend runs here; any other goes through a helper."""
     name = settings.core.xcom_backend
     return BackendChoice(name, in_helper=name != "database")
+
+
+def _died(status: ExitStatus | None) -> str:
+    """The reason of a try whose task process ended before it reported."""
+    how = status.describe(meaning=False) if status is not None else "ended"
+    return f"the task process {how} before reporting"
