@@ -92,6 +92,7 @@ def _register() -> None:
     from spawnflow.commands import (
         assets,
         backfill,
+        backfills,
         celery,
         completion,
         config,
@@ -123,6 +124,7 @@ def _register() -> None:
                     dag_runs.next_execution_command):  # fmt: skip
         dags.dags_group.add_command(command)
     dags.dags_group.add_command(backfill.backfill_command)
+    cli.add_command(backfills.backfills_group)
     cli.add_command(scheduler.scheduler_command)
     cli.add_command(scheduler.standalone_command)
     cli.add_command(status.status_command)

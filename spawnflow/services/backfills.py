@@ -154,8 +154,9 @@ def prepare(request: Request, *, dry_run: bool, now: dt.datetime | None = None) 
                 raise UserError(
                     f"Dag {request.dag_id!r} has an unfinished backfill (id {unfinished.id}) "
                     f"from {_day(unfinished.from_date)} to {_day(unfinished.to_date)}; resume "
-                    "it by running `spawnflow dags backfill` for that range again, before "
-                    "starting another"
+                    "it by running `spawnflow dags backfill` for that range again, or cancel "
+                    f"it with `spawnflow backfills cancel {request.dag_id}`, before starting "
+                    "another"
                 )
             return _resumed(session, unfinished, bool(model.is_paused))
         intervals = timetable.between(document.schedule, document.start_date, document.end_date,
@@ -321,6 +322,77 @@ def progress(backfill_id: int) -> Progress:
                     counts.get(DagRunState.QUEUED, 0), completed is not None)  # fmt: skip
 
 
+def list_backfills(dag_id: str | None = None) -> list[dict[str, Any]]:
+    """The backfills (of ``dag_id``, if given), newest first, with their runs' progress.
+
+    Raises:
+        UnknownDag: no Dag ``dag_id``.
+    """
+    with orm.session_scope(write=False) as session:
+        query = select(Backfill).order_by(Backfill.id.desc())
+        if dag_id is not None:
+            if session.get(DagModel, dag_id) is None:
+                raise unknown_dag(session, dag_id)
+            query = query.where(Backfill.dag_id == dag_id)
+        found: list[dict[str, Any]] = [
+            {"id": b.id, "dag_id": b.dag_id, "from_date": runs.aware(b.from_date),
+             "to_date": runs.aware(b.to_date), "reprocess_behavior": b.reprocess_behavior,
+             "max_active_runs": b.max_active_runs, "created_at": runs.aware(b.created_at),
+             "completed_at": runs.aware(b.completed_at)}
+            for b in session.scalars(query)
+        ]  # fmt: skip
+    for record in found:
+        done = progress(record["id"])
+        record.update(runs=done.total, succeeded=done.succeeded, failed=done.failed,
+                      running=done.running, queued=done.queued)  # fmt: skip
+    return found
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What cancelling a backfill did."""
+
+    backfill_id: int
+    from_date: dt.datetime
+    to_date: dt.datetime
+    #: Its runs that had not started: failed now.
+    failed_runs: int
+    #: Its runs that were running: they finish.
+    running_runs: int
+
+
+def cancel(dag_id: str, now: dt.datetime | None = None) -> Cancelled:
+    """Cancel Dag ``dag_id``'s unfinished backfill, as Airflow 3 cancels one: its runs
+    that have not started (queued) end failed, those running finish, and the backfill is
+    completed now, so that another range may be backfilled.
+
+    Raises:
+        UnknownDag: no such Dag.
+        UserError: the Dag has no unfinished backfill.
+    """
+    now = now or runs.utcnow()
+    with orm.session_scope() as session:
+        # The Dag's row first, as ``prepare`` locks it: a backfill being written waits.
+        if session.get(DagModel, dag_id, with_for_update=True) is None:
+            raise unknown_dag(session, dag_id)
+        backfill = _unfinished(session, dag_id)
+        if backfill is None:
+            raise UserError(f"Dag {dag_id!r} has no unfinished backfill to cancel")
+        queued = session.scalars(
+            select(DagRun)
+            .where(DagRun.backfill_id == backfill.id, DagRun.state == DagRunState.QUEUED)
+            .with_for_update()
+        ).all()  # fmt: skip
+        for run in queued:
+            run.state, run.end_date = DagRunState.FAILED, now
+        running = session.scalar(select(func.count()).where(
+            DagRun.backfill_id == backfill.id, DagRun.state == DagRunState.RUNNING
+        ))  # fmt: skip
+        backfill.completed_at = now
+        return Cancelled(backfill.id, runs.aware(backfill.from_date),
+                         runs.aware(backfill.to_date), len(queued), running or 0)  # fmt: skip
+
+
 def run_backfill(settings: Settings, backfill_id: int,
                  on_progress: Callable[[Progress], None]) -> Progress:  # fmt: skip
     """Run the backfill's runs to their end with the scheduler's own code and an executor
@@ -348,11 +420,12 @@ def run_backfill(settings: Settings, backfill_id: int,
             triggerer.append(launcher.launch(spec))
 
     on_progress(latest[0])
-    if not latest[0].completed:
+    if not latest[0].completed or latest[0].running:
         # The configured executor; the Dag's other runs are left to the scheduler.
         scheduler = Scheduler(settings, only_runs=ids, on_loop=report)
         try:
-            scheduler.run(until=lambda: latest[0].completed)
+            # Completed with runs still running: cancelled (`backfills cancel`); those finish.
+            scheduler.run(until=lambda: latest[0].completed and not latest[0].running)
         finally:
             stop_many(triggerer)
     return latest[0]

@@ -4,6 +4,7 @@ Runs through the scheduler, stopped and resumed: tests/scheduler/test_backfill_e
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from sqlalchemy import func, select
@@ -130,3 +131,54 @@ def test_a_second_range_is_refused_while_one_is_unfinished(env):
     result = run("dags", "backfill", "daily", "-s", "2026-01-06", "-e", "2026-01-09", env=env)
     assert_user_error(result, "Dag 'daily' has an unfinished backfill (id 1) from 2026-01-01 "
                       "to 2026-01-05; resume it by running")  # fmt: skip
+
+
+def run_states() -> dict[str, str]:
+    with orm.session_scope(write=False) as session:
+        return dict(session.execute(select(DagRun.run_id, DagRun.state)).all())
+
+
+def test_cancel_fails_the_runs_not_started_lets_the_running_finish_and_frees_the_dag(env):
+    """As Airflow 3 cancels a backfill: queued runs end failed, a running one goes on,
+    and the backfill is completed, so that another range is accepted."""
+    assert run("dags", "backfill", "daily", *RANGE, "--no-wait", env=env).exit_code == 0
+    started = "backfill__2026-01-01T00:00:00+00:00"
+    with orm.session_scope() as session:  # the scheduler started one of its runs
+        session.scalars(select(DagRun).where(DagRun.run_id == started)).one().state = "running"
+    listed = run("backfills", "list", env=env)
+    assert listed.exit_code == 0, listed.output
+    row = listed.stdout.splitlines()[2].split()
+    assert row[:2] + row[4:] == ["1", "daily", "4", "0", "0", "1", "3", "no"]
+
+    result = run("backfills", "cancel", "daily", env=env)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "Cancelled backfill 1 of Dag 'daily' (2026-01-01 to 2026-01-05): 3 run(s) that had "
+        "not started failed, 1 running run(s) finish.\n"
+    )
+    states = run_states()
+    assert states.pop(started) == "running"
+    assert states.pop("scheduled__2026-01-02") == "failed"  # not the backfill's: as it was
+    assert sorted(states.values()) == ["failed"] * 3
+    as_json = run("backfills", "list", "--dag-id", "daily", "-o", "json", env=env).stdout
+    (record,) = json.loads(as_json)
+    assert (record["failed"], record["running"], record["queued"]) == (3, 1, 0)
+    assert record["completed_at"] is not None
+    again = run("dags", "backfill", "daily", "-s", "2026-01-06", "-e", "2026-01-07", "--no-wait",
+                env=env)  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith("Backfill 2 of Dag 'daily'")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["cancel", "daily"], "Dag 'daily' has no unfinished backfill to cancel."),
+        (["cancel", "dialy"], "There is no Dag 'dialy'; did you mean 'daily'?"),
+        (["list", "--dag-id", "dialy"], "There is no Dag 'dialy'; did you mean 'daily'?"),
+    ],
+)
+def test_backfills_bad_input_is_one_sentence(env, args, message):
+    assert_user_error(run("backfills", *args, env=env), message)
+    assert written() == (0, 1)
+    assert run_states() == {"scheduled__2026-01-02": "failed"}

@@ -65,6 +65,8 @@ TAKING_A_DAG = [
     ["dags", "state", "lsted", "r1"],
     ["dags", "next-execution", "lsted"],
     ["dags", "backfill", "lsted", "-s", "2026-01-01", "-e", "2026-01-02", "--dry-run"],
+    ["backfills", "list", "--dag-id", "lsted"],
+    ["backfills", "cancel", "lsted"],
     ["runs", "list", "--dag-id", "lsted"],
     ["tasks", "list", "lsted"],
     ["tasks", "test", "lsted", "only"],

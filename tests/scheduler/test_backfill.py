@@ -240,7 +240,7 @@ def test_another_range_while_one_is_unfinished_is_refused(daily):
     assert str(caught.value) == (
         f"Dag 'daily' has an unfinished backfill (id {first.backfill_id}) from 2026-01-01 to "
         "2026-01-10; resume it by running `spawnflow dags backfill` for that range again, "
-        "before starting another"
+        "or cancel it with `spawnflow backfills cancel daily`, before starting another"
     )
 
 
