@@ -19,11 +19,14 @@ passed (a process it left behind may hold the pipes open): then the child is rea
 what it left in its process group killed, and ``on_exit`` called.
 
 Callbacks run in the caller of :meth:`Watch.wait`; an exception they raise comes out
-of it (a parent that must go on catches it in its callback).
+of it (a parent that must go on catches it in its callback). Another thread ends a
+wait early through the watch's :class:`Waker` (work handed over in a queue).
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,6 +103,36 @@ class _Timer:
         self.due = time.monotonic() + interval
 
 
+class Waker:
+    """Ends a :meth:`Watch.wait` from another thread: a pipe among what the wait waits
+    on (a pipe, not a threading.Event, so that one ``multiprocessing.connection.wait``
+    covers it and the children on every OS). At most one byte is pending, so a thread
+    that wakes often never fills the pipe."""
+
+    def __init__(self) -> None:
+        self.reader, self._writer = multiprocessing.Pipe(duplex=False)
+        self._lock = threading.Lock()
+        self._pending = False
+
+    def wake(self) -> None:
+        with self._lock:
+            if self._pending:
+                return
+            self._pending = True
+        self._writer.send_bytes(b"!")
+
+    def clear(self) -> None:
+        """Drain the pipe (the waiting thread, once its wait returned)."""
+        with self._lock:
+            while self.reader.poll():
+                self.reader.recv_bytes()
+            self._pending = False
+
+    def close(self) -> None:
+        self.reader.close()
+        self._writer.close()
+
+
 class Watch:
     """The children of one parent and its timers, serviced by :meth:`wait`.
 
@@ -115,6 +148,15 @@ class Watch:
         self.liveness_interval = liveness_interval
         self.watched: list[Watched] = []
         self._timers: list[_Timer] = []
+        self._waker: Waker | None = None
+        #: Whether the last :meth:`wait` was ended by :meth:`waker`'s ``wake``.
+        self.woken = False
+
+    def waker(self) -> Waker:
+        """The watch's :class:`Waker` (made on first use)."""
+        if self._waker is None:
+            self._waker = Waker()
+        return self._waker
 
     def add(
         self,
@@ -203,6 +245,8 @@ class Watch:
         self._sweep_reaped()
         now = time.monotonic()
         objects = [obj for watched in self.watched for obj in watched.objects()]
+        if self._waker is not None:
+            objects.append(self._waker.reader)
         wake = self._next_wake(now)
         if timeout is not None:
             wake = now + timeout if wake is None else min(wake, now + timeout)
@@ -213,6 +257,10 @@ class Watch:
             # Only timers: sleep (multiprocessing's wait spins on an empty list on Windows).
             time.sleep(max(0.0, wake - now))
         # Nothing to wait for and no end to the wait: return rather than block forever.
+        waker = self._waker
+        self.woken = waker is not None and waker.reader in ready
+        if waker is not None and self.woken:
+            waker.clear()  # before the caller looks at what it was woken for
         for watched in list(self.watched):
             if not watched.done:
                 self._service(watched, ready)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logs.get_logger("spawnflow.executor")
 
 #: Seconds between two looks at the database for tries that ended.
-POLL_INTERVAL = 0.25
+POLL_INTERVAL = 0.05
 
 
 class BrokerUnreachable(UserError):

@@ -178,7 +178,8 @@ class LocalExecutor(BaseExecutor):
 
     def wait(self, timeout: float) -> None:
         """Service the workers until one reports a task's end or is lost, a slot frees
-        or fills, a stop is requested, or ``timeout`` passes. A worker saying it is alive
+        or fills, a stop is requested, another thread wakes the watch (see
+        :meth:`Watch.waker`), or ``timeout`` passes. A worker saying it is alive
         does not end the wait: busy workers say so several times per task, and each
         early return is a whole scheduler loop."""
         ends = time.monotonic() + timeout
@@ -189,6 +190,7 @@ class LocalExecutor(BaseExecutor):
                 self._events
                 or self.free_slots() != slots
                 or lifecycle.stop_requested.is_set()
+                or self.watch.woken
                 or time.monotonic() >= ends
             ):
                 return

@@ -113,3 +113,31 @@ def test_a_child_stopped_while_it_boots_exits_and_is_no_boot_failure(start_metho
     assert failures == []
     assert len(ended) == 1
     assert child.exit_status is ended[0]
+
+
+def test_a_waker_ends_a_wait_on_children_from_another_thread(start_method, make_settings):
+    """The Celery worker's threads hand workloads to the thread that drives the local
+    executor: waking it ends its wait at once, whatever its children are doing."""
+    import threading
+
+    make_settings()
+    watch = Watch()
+    child = launch(ChildSpec("test-child", f"{TARGETS}:wait_quietly"), method=start_method)
+    watch.add(child)
+    assert watch.until(lambda: watch.watched[0].ready, timeout=120)
+    waker = watch.waker()
+    try:
+        thread = threading.Thread(target=waker.wake)
+        thread.start()
+        watch.wait(timeout=None)  # only the wake can end this one: the child waits quietly
+        thread.join()
+        assert watch.woken
+        watch.wait(timeout=0)  # drained: the next wait is not woken again
+        assert not watch.woken
+        for _ in range(100_000):  # one byte at most is pending: never a full pipe
+            waker.wake()
+        watch.wait(timeout=None)
+        assert watch.woken
+    finally:
+        watch.stop(watch.watched[0], grace=5)
+        assert watch.until(lambda: not watch.watched, timeout=120)

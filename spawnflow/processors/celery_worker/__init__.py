@@ -63,6 +63,9 @@ class WorkloadRunner:
         self._failed: Exception | None = None
         self._thread = threading.Thread(target=self._drive, name="spawnflow-executor",
                                         daemon=True)  # fmt: skip
+        # A workload handed over ends the driving thread's wait at once (not at the
+        # next event or timeout: that was most of a try's latency on this path).
+        self._waker = self.executor.watch.waker()
 
     def start(self) -> None:
         """Start the executor (one worker process, to prove the set-up boots)."""
@@ -76,10 +79,12 @@ class WorkloadRunner:
             return Lost("the Celery worker stopped before it began")
         future: Future = Future()
         self._inbox.put((workload, future))
+        self._waker.wake()
         return future.result()
 
     def stop(self, grace: float | None = None) -> None:
         self._stop.set()
+        self._waker.wake()
         self._thread.join(timeout=None if grace is None else grace + 30)
 
     def stop_cold(self) -> None:
