@@ -603,6 +603,23 @@ OPTIONS: tuple[Option, ...] = (
         "Seconds without a heartbeat after which a scheduler counts as gone.",
     ),
     Option(
+        "scheduler",
+        "task_queued_timeout",
+        _seconds(1),
+        600.0,
+        "Seconds a task instance may stay queued after its executor sent it (a lost "
+        "message, a worker that died before it started the try) before it is queued "
+        "again, up to [scheduler] num_stuck_in_queued_retries times, then failed.",
+    ),
+    Option(
+        "scheduler",
+        "num_stuck_in_queued_retries",
+        _integer(0),
+        2,
+        "Times a task instance that stayed queued longer than [scheduler] "
+        "task_queued_timeout is queued again (its try not counted) before it is failed.",
+    ),
+    Option(
         "executor",
         "parallelism",
         _children("worker process"),

@@ -60,6 +60,21 @@ class BaseExecutor:
         ended or lost."""
         raise NotImplementedError
 
+    def sent_tries(self) -> dict[int, int]:
+        """The workloads that left this executor for a worker (a worker process, a
+        broker's queue): their task instance ids, each with its workload's try number.
+        What it holds but has not sent yet (waiting for a worker of its own to boot) is
+        not among them. The scheduler fails or queues again a task instance that stays
+        queued too long only if its workload left (or the executor does not hold it)."""
+        return {}
+
+    def forget(self, ti_id: int, try_number: int) -> None:
+        """Stop holding the workload of ``ti_id``'s try ``try_number`` (the scheduler
+        queues that task instance again, or fails it): it is never reported ended or
+        lost, and one not sent yet is never sent. A copy that still reaches a worker
+        starts nothing unless its task instance is queued for that try again (the
+        try's conditional write decides, so the try runs once)."""
+
     def adopt(self, queued: dict[int, int]) -> set[int]:
         """Take over task instances that a scheduler which is gone queued: their ids,
         each with the try number its workload carries. Returns the ids taken over (this

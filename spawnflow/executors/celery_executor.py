@@ -91,6 +91,18 @@ class CeleryExecutor(BaseExecutor):
     def holds(self) -> set[int]:
         return set(self.sent) | set(self.adopted)
 
+    def sent_tries(self) -> dict[int, int]:
+        """Everything it holds left for the broker at :meth:`queue` (or was adopted)."""
+        return {ti_id: w.try_number for ti_id, w in self.sent.items()} | self.adopted
+
+    def forget(self, ti_id: int, try_number: int) -> None:
+        """The message itself is not revoked (Celery's revoke reaches only the workers
+        that listen now): if it turns up, the try's conditional write decides."""
+        if ti_id in self.sent and self.sent[ti_id].try_number == try_number:
+            del self.sent[ti_id]
+        if self.adopted.get(ti_id) == try_number:
+            del self.adopted[ti_id]
+
     def request_stop(self) -> None:
         self.stopping = True
 

@@ -76,6 +76,9 @@ class LocalExecutor(BaseExecutor):
         self._next_boot_at = 0.0
         self.stopping = False
         self._events: list[WorkerLost | TaskEnded] = []
+        #: Requests whose try the scheduler took back (see :meth:`forget`): their worker
+        #: stays busy until it answers, but nothing is reported of them.
+        self.forgotten: set[int] = set()
         #: The XCom backend's routing, checked once at start (see spawnflow.xcoms.check).
         self.xcom_backend: BackendChoice | None = None
         #: The kinds of forkserver it shares with its workers while it runs.
@@ -131,9 +134,20 @@ class LocalExecutor(BaseExecutor):
         return len(self.busy)
 
     def holds(self) -> set[int]:
-        return {workload.ti_id for _, workload in self.busy.values()} | {
-            workload.ti_id for workload in self.waiting
-        }
+        return set(self.sent_tries()) | {workload.ti_id for workload in self.waiting}
+
+    def sent_tries(self) -> dict[int, int]:
+        return {
+            workload.ti_id: workload.try_number
+            for request, workload in self.busy.values() if request not in self.forgotten
+        }  # fmt: skip
+
+    def forget(self, ti_id: int, try_number: int) -> None:
+        def the_try(workload: Workload) -> bool:
+            return (workload.ti_id, workload.try_number) == (ti_id, try_number)
+
+        self.waiting = collections.deque(w for w in self.waiting if not the_try(w))
+        self.forgotten |= {request for request, w in self.busy.values() if the_try(w)}
 
     def queue(self, workload: Workload) -> None:
         """Give ``workload`` to an idle worker, or keep it for the next one to be ready
@@ -206,8 +220,9 @@ class LocalExecutor(BaseExecutor):
         stop_many(self.workers, grace, whole_tree=True)
         forkservers.unshare(self._shared)
         self.workers = []
-        cut_short = [workload for _, workload in self.busy.values()] + list(self.waiting)
-        self.busy = {}
+        cut_short = [w for request, w in self.busy.values() if request not in self.forgotten]
+        cut_short += list(self.waiting)
+        self.busy, self.forgotten = {}, set()
         self.waiting.clear()
         # A worker the stop itself ended before the scheduler took the news (a Windows
         # console's Ctrl-C reaches every process on it, the workers too, and a worker's
@@ -274,6 +289,10 @@ class LocalExecutor(BaseExecutor):
                 return
             del self.busy[worker.pid]
             self.idle_since[worker.pid] = time.monotonic()
+            if sent[0] in self.forgotten:
+                self.forgotten.discard(sent[0])
+                self._dispatch()
+                return
             self._events.append(TaskEnded(message.ti_id, message.state, workload=sent[1],
                                           seconds=message.seconds))  # fmt: skip
             self._dispatch()
@@ -294,7 +313,9 @@ class LocalExecutor(BaseExecutor):
             log.warning("worker ended", worker_pid=worker.pid, status=status.describe())
             self.lost_workers += 1
             busy = self.busy.pop(worker.pid, None)
-            if busy is not None:
+            if busy is not None and busy[0] in self.forgotten:
+                self.forgotten.discard(busy[0])
+            elif busy is not None:
                 self._events.append(
                     WorkerLost(busy[1], f"its executor worker (pid {worker.pid}) {how}")
                 )

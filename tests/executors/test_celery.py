@@ -51,6 +51,9 @@ with Dag("fan", schedule=None, start_date=dt.datetime(2026, 1, 1)):
         CommandTask(f"special{n}", MARK.format(task=f"special{n}"),
                     queue=os.environ["SPECIAL_QUEUE"])
 
+with Dag("single", schedule=None, start_date=dt.datetime(2026, 1, 1)):
+    CommandTask("once", MARK.format(task="once"))
+
 with Dag("slow", schedule=None, start_date=dt.datetime(2026, 1, 1)):
     CommandTask("sleeps", "sleep 120", execution_timeout=dt.timedelta(seconds=2))
 
@@ -74,6 +77,32 @@ class TwiceExecutor(CeleryExecutor):
     def queue(self, workload):
         super().queue(workload)
         super().queue(workload)
+
+
+class LateExecutor(CeleryExecutor):
+    """Holds back each task instance's first message and sends it right after the
+    second, as a message a broker lost for a while and delivered after all."""
+
+    def __init__(self, settings, **kwargs):
+        super().__init__(settings, **kwargs)
+        self.held: dict[int, object] = {}
+
+    def queue(self, workload):
+        first = self.held.setdefault(workload.ti_id, workload)
+        if first is workload:
+            self.sent[workload.ti_id] = workload  # it left, as far as the scheduler knows
+            return
+        super().queue(workload)
+        if first is not None:
+            self.held[workload.ti_id] = None
+            super().queue(first)
+
+
+class LosingExecutor(CeleryExecutor):
+    """Every message is lost on its way to the broker."""
+
+    def queue(self, workload):
+        self.sent[workload.ti_id] = workload
 
 
 def _reachable(url: str) -> str | None:
@@ -267,6 +296,45 @@ def test_a_message_delivered_twice_runs_its_try_once(site, metadata_url):
     assert sorted(task for task, _ in site.marks_of("t")) == sorted(f"t{n}" for n in range(FAN_OUT))
     assert len(site.marks_of("special")) == 2
     assert set(states(metadata_url, "fan").values()) == {("success", 1)}
+
+
+STUCK_IN_QUEUED = {"SPAWNFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "3",
+                   "SPAWNFLOW__SCHEDULER__NUM_STUCK_IN_QUEUED_RETRIES": "2"}  # fmt: skip
+
+
+def test_a_lost_message_is_queued_again_and_its_late_copy_runs_nothing_twice(site, metadata_url):
+    site.start_worker("machine-a", site.queue)
+
+    site.run("single", SPAWNFLOW__CORE__EXECUTOR=f"{__name__}:LateExecutor", **STUCK_IN_QUEUED)
+
+    assert states(metadata_url, "single") == {"once": ("success", 1)}
+    assert site.marks_of("once") == [("once", "machine-a")]  # one run of two messages
+    assert worker_received(site, "machine-a") == 2
+    assert "task queued again" in _scheduler_log(site)
+
+
+def test_a_task_whose_messages_are_all_lost_fails_saying_why(site, metadata_url):
+    site.start_worker("machine-a", site.queue)
+
+    site.run("single", SPAWNFLOW__CORE__EXECUTOR=f"{__name__}:LosingExecutor", **STUCK_IN_QUEUED)
+
+    assert states(metadata_url, "single") == {"once": ("failed", 0)}
+    reason = _reason(metadata_url, "single", "once")
+    assert "task_queued_timeout" in reason
+    assert "num_stuck_in_queued_retries = 2" in reason
+    assert _scheduler_log(site).count("task queued again") == 2
+    assert site.marks_of("once") == []
+
+
+def _reason(url: str, dag_id: str, task_id: str) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text(
+                "SELECT reason FROM task_instance WHERE dag_id = :d AND task_id = :t"
+            ), {"d": dag_id, "t": task_id}).scalar_one()  # fmt: skip
+    finally:
+        engine.dispose()
 
 
 def test_execution_timeout_is_enforced_on_a_celery_worker(site, metadata_url):

@@ -44,6 +44,7 @@ from spawnflow.processors.scheduler import (
     callbacks,
     cut_short,
     runs,
+    stuck,
     waiting,
 )
 from spawnflow.processors.scheduler.queueing import queue_tasks
@@ -59,6 +60,9 @@ HEARTBEAT_EVERY = 5.0
 #: Longest seconds between two looks for running tasks whose supervisor stopped
 #: heartbeating (a quarter of [scheduler] task_heartbeat_timeout when shorter).
 STALE_TASKS_EVERY = 10.0
+#: Longest seconds between two looks for task instances queued too long (a quarter
+#: of [scheduler] task_queued_timeout when that is shorter).
+STUCK_IN_QUEUED_EVERY = 10.0
 #: Seconds between two looks for deferrals whose trigger timed out.
 DEFERRAL_TIMEOUTS_EVERY = 1.0
 #: Seconds between two looks for backfills whose runs have all finished.
@@ -128,6 +132,9 @@ class Scheduler:
         self._every = {
             "heartbeat": min(HEARTBEAT_EVERY, job_timeout / 4),
             "stale tasks": min(STALE_TASKS_EVERY, task_timeout / 4),
+            "stuck in queued": min(
+                STUCK_IN_QUEUED_EVERY, settings.scheduler.task_queued_timeout / 4
+            ),
             "deferral timeouts": DEFERRAL_TIMEOUTS_EVERY,
             "backfills": BACKFILLS_EVERY,
         }
@@ -329,6 +336,8 @@ class Scheduler:
                     log.warning("deferral timed out", dag_id=ti.dag_id, task_id=ti.task_id)
                 lost_calls = callbacks.failure_calls_for(session, self.bag, lost)
             self.dag_callbacks.fire(lost_calls)  # committed: those tries ended
+        if self._due("stuck in queued"):
+            self._requeue_or_fail_stuck(now)
         self._handle_events()  # first: a lost worker's slot and task are known before queueing
         # run() sets both before it calls loop_once().
         assert self.executor is not None
@@ -345,6 +354,28 @@ class Scheduler:
             log.info("task queued", dag_id=workload.dag_id, task_id=workload.task_id,
                      run_id=workload.run_id, try_number=workload.try_number)  # fmt: skip
         return self._summary(created, len(workloads))
+
+    def _requeue_or_fail_stuck(self, now: dt.datetime) -> None:
+        """Queue again, or fail, what stayed queued too long (see :mod:`.stuck`); the
+        executor forgets those tries once that is committed."""
+        assert self.executor is not None  # run() sets both before it calls loop_once()
+        assert self.job_id is not None
+        options = self.settings.scheduler
+        with orm.session_scope() as session:
+            again, failed = stuck.requeue_or_fail(
+                session, self.job_id, now, options.task_queued_timeout,
+                options.num_stuck_in_queued_retries, self.executor.sent_tries(),
+                self.executor.holds(),
+            )  # fmt: skip
+            # Read now: the session expires them at its commit.
+            told = [(ti.id, n, ti.dag_id, ti.task_id, ti.reason, gave_up)
+                    for found, gave_up in ((again, False), (failed, True))
+                    for ti, n in found]  # fmt: skip
+        for ti_id, try_number, dag_id, task_id, reason, gave_up in told:
+            self.executor.forget(ti_id, try_number)
+            event = "task failed: stuck in queued" if gave_up else "task queued again"
+            log.log(logging.ERROR if gave_up else logging.WARNING, event, dag_id=dag_id,
+                    task_id=task_id, try_number=try_number, reason=reason)  # fmt: skip
 
     # -- executor events ----------------------------------------------------------------
 
