@@ -562,6 +562,24 @@ OPTIONS: tuple[Option, ...] = (
         5,
         "Rotated per-role log files kept (`<role>.log.1` to `<role>.log.N`); the oldest goes.",
     ),
+    Option(
+        "logging",
+        "remote_base_url",
+        STORAGE_URL,
+        "",
+        "fsspec URL to which each try's log is copied once the try's state is written "
+        "(file:///mnt/logs, s3://bucket/logs with s3fs), under the same relative path as "
+        "in base_log_folder; `spawnflow tasks logs` reads it there when the local file is "
+        "missing. Empty: off.",
+    ),
+    Option(
+        "logging",
+        "remote_options",
+        JSON_OBJECT,
+        {},
+        "Options for the fsspec filesystem of remote_base_url, as a JSON object (for S3: "
+        "`endpoint_url`, `key`, `secret`, `client_kwargs`).",
+    ),
     *(_component_method(component) for component in COMPONENTS),
     Option(
         "scheduler",

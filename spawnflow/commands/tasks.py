@@ -126,7 +126,13 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
     settings = state.database()
     path, ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)
     if not path.exists() and ti_state not in TaskState.ACTIVE:
-        raise UserError(f"the log of task {task_id!r} is missing: there is no {path}")
+        remote = runs.read_remote_log(settings, path)
+        if remote is None:
+            raise UserError(f"the log of task {task_id!r} is missing: there is no {path}")
+        click.echo(f"There is no {path} here: reading the copy at {remote[0]}.", err=True)
+        for line in remote[1]:
+            click.echo(line)
+        return
     offset = 0
     while True:
         lines, offset = runs.read_log(path, offset)

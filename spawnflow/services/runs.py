@@ -184,6 +184,27 @@ def read_log(path: Path, offset: int = 0) -> tuple[list[str], int]:
     return lines, offset + len(complete)
 
 
+def read_remote_log(settings: Settings, path: Path) -> tuple[str, list[str]] | None:
+    """The remote copy (``[logging] remote_base_url``) of the try's log whose local file
+    is ``path``: its URL and rendered lines; None when remote logs are off or it has no
+    copy there. A copy that cannot be read is a :class:`UserError` that says why."""
+    from spawnflow.bootstrap import remote_logs
+
+    if not remote_logs.enabled(settings):
+        return None
+    key = remote_logs.key_of(path)
+    url = remote_logs.url_of(settings, key)
+    try:
+        data = remote_logs.download(settings, key)
+    except Exception as error:  # noqa: BLE001 - any filesystem's own errors
+        raise UserError(f"the try's log could not be read from {url} ([logging] "
+                        f"remote_base_url): {type(error).__name__}: {error}") from None  # fmt: skip
+    if data is None:
+        return None
+    text = data.decode(errors="replace")
+    return url, [render_log_line(line) for line in text.splitlines()]
+
+
 # -- Variables ---------------------------------------------------------------------------
 
 

@@ -326,6 +326,43 @@ def test_a_task_whose_messages_are_all_lost_fails_saying_why(site, metadata_url)
     assert site.marks_of("once") == []
 
 
+def test_a_workers_try_log_stays_on_its_machine_and_is_read_from_remote_storage(
+    site, metadata_url, tmp_path
+):
+    """The worker's machine has a home of its own: it writes the try's log under its own
+    logs folder, copies it to [logging] remote_base_url, and `spawnflow tasks logs` on
+    the scheduler's machine, which has no local file, reads the copy."""
+    from spawnflow.processors.scheduler.queueing import attempt_log_key
+
+    remote = tmp_path / "remote"
+    site.common["SPAWNFLOW__LOGGING__REMOTE_BASE_URL"] = remote.as_uri()
+    site.start_worker("machine-a", site.queue)
+
+    site.run("single")
+
+    assert states(metadata_url, "single") == {"once": ("success", 1)}
+    key = attempt_log_key("single", _run_id(metadata_url, "single"), "once", 1).split("/")
+    on_worker = tmp_path.joinpath("machine-a", "logs", *key)
+    assert "task finished" in on_worker.read_text(encoding="utf-8")
+    assert not tmp_path.joinpath("scheduler", "logs", *key).exists()
+    assert remote.joinpath(*key).read_bytes() == on_worker.read_bytes()
+    shown = site.spawnflow("tasks", "logs", "single", "latest", "once")
+    assert shown.returncode == 0, shown.stderr
+    assert "reading the copy at" in shown.stderr
+    assert "task finished" in shown.stdout
+
+
+def _run_id(url: str, dag_id: str) -> str:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(
+                text("SELECT run_id FROM dag_run WHERE dag_id = :d"), {"d": dag_id}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
 def _reason(url: str, dag_id: str, task_id: str) -> str:
     engine = create_engine(url)
     try:

@@ -21,8 +21,7 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from spawnflow.bootstrap import platform as platforms
-from spawnflow.bootstrap import startmethods
+from spawnflow.bootstrap import remote_logs, startmethods
 from spawnflow.bootstrap.paths import folder_name
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.states import RunType, TaskState
@@ -34,14 +33,17 @@ from spawnflow.processors.scheduler.asset_runs import triggering_events
 from spawnflow.processors.scheduler.runs import DagBag, aware
 
 
-def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
-    """``<logs>/dag_id=…/run_id=…/task_id=…/attempt=N.log``, each id made safe as a folder
+def attempt_log_key(dag_id: str, run_id: str, task_id: str, attempt: int) -> str:
+    """``dag_id=…/run_id=…/task_id=…/attempt=N.log``: a try's log relative to a
+    ``[logging] base_log_folder`` (or ``remote_base_url``), each id made safe as a folder
     name on every OS (see :func:`~spawnflow.bootstrap.paths.folder_name`)."""
-    path = Path(settings.logging.base_log_folder).joinpath(
-        folder_name("dag_id", dag_id), folder_name("run_id", run_id),
-        folder_name("task_id", task_id), f"attempt={attempt}.log",
-    )  # fmt: skip
-    return platforms.usable_path(path)
+    return "/".join((folder_name("dag_id", dag_id), folder_name("run_id", run_id),
+                     folder_name("task_id", task_id), f"attempt={attempt}.log"))  # fmt: skip
+
+
+def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
+    """A try's log file under this machine's ``[logging] base_log_folder``."""
+    return remote_logs.local_path(settings, attempt_log_key(dag_id, run_id, task_id, attempt))
 
 
 def queue_tasks(
@@ -193,7 +195,7 @@ def _queue_one(
         retry_exponential_backoff=task.retry_exponential_backoff,
         max_retry_delay=task.max_retry_delay, max_tries=ti.max_tries,
         callbacks=list(task.callbacks),
-        log_file=str(attempt_log(settings, ti.dag_id, run.run_id, ti.task_id, try_number)),
+        log_file=attempt_log_key(ti.dag_id, run.run_id, ti.task_id, try_number),
         outlets=list(task.outlets), partition_key=run.partition_key,
         multiprocessing_start_method=_task_multiprocessing(settings), queue=task.queue,
         triggering_asset_events=(

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import exc
 
-from spawnflow.bootstrap import launcher, lifecycle, wire
+from spawnflow.bootstrap import launcher, lifecycle, logs, remote_logs, wire
 from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
@@ -53,6 +53,8 @@ _FAILURE_CALLBACKS = frozenset({"on_failure_callback", "on_retry_callback"})
 #: Seconds between two checks that the task process still runs, when its sentinel is
 #: silent.
 LIVENESS_INTERVAL = 0.05
+
+log = logs.get_logger("spawnflow.supervisor")
 
 
 @dataclass
@@ -90,6 +92,8 @@ class TaskSupervisor:
         #: The task process's start method; None: the executor's.
         self.method = method
         self.settings = settings
+        #: The try's log on this machine (the scheduler names it relative to a logs folder).
+        self.log_path = remote_logs.local_path(settings, workload.log_file)
         #: Where the try's life is written: its task instance row, unless told otherwise.
         #: Tells whoever runs this supervisor (an executor worker's executor) that it lives.
         self.alive = alive or (lambda: None)
@@ -113,7 +117,7 @@ class TaskSupervisor:
         # Each step before the watch loop runs blocks; say so between them, or a slow
         # machine makes a busy worker look hung to its executor.
         self.alive()
-        attempt = AttemptLog(Path(self.workload.log_file))
+        attempt = AttemptLog(self.log_path)
         attempt.event("task queued to this worker", worker_pid=os.getpid(),
                       try_number=self.workload.try_number)  # fmt: skip
         try:
@@ -141,7 +145,9 @@ class TaskSupervisor:
         if why == "external":
             attempt.event("stopped: the task instance was changed from outside", level="warning")
             attempt.close()
-            return self.recorder.release()
+            released = self.recorder.release()
+            self._upload_log()
+            return released
         if why is None and outcome is not None and outcome.deferral is not None:
             return self._defer(outcome, attempt)
         return self._finish(*self._ending(outcome, status, why), attempt)
@@ -171,6 +177,7 @@ class TaskSupervisor:
             attempt.event("deferral recorded; the worker is free", trigger=deferral.classpath,
                           resumes_at=deferral.method_name, timeout=deferral.timeout)  # fmt: skip
         attempt.close()
+        self._upload_log()
         self.deferral = deferral
         return recorded or self.recorder.state_now()
 
@@ -181,8 +188,24 @@ class TaskSupervisor:
             attempt.event("task finished", level=_END_LEVELS.get(recorded, "info"),
                           state=recorded, reason=reason)  # fmt: skip
         attempt.close()
+        self._upload_log()
         self.reason = reason
         return recorded or self.recorder.state_now()
+
+    def _upload_log(self) -> None:
+        """Copy the try's log to ``[logging] remote_base_url``, once the try's state is
+        written: a copy that fails is logged, and changes nothing of the try."""
+        if not remote_logs.enabled(self.settings) or Path(self.workload.log_file).is_absolute():
+            return  # off, or a log of its own (tasks test, tasks render): not a try's
+        key = remote_logs.key_of(self.workload.log_file)
+        try:
+            url = remote_logs.upload(self.settings, self.log_path, key)
+        except Exception as error:  # noqa: BLE001 - any filesystem's own errors
+            log.warning("could not copy the try's log to remote storage",
+                        url=remote_logs.url_of(self.settings, key),
+                        error=f"{type(error).__name__}: {error}")  # fmt: skip
+            return
+        log.info("try's log copied to remote storage", url=url)
 
     # -- the wait loop --------------------------------------------------------------
 
@@ -190,7 +213,7 @@ class TaskSupervisor:
         """Serve the task process until it ends; (outcome, exit status, why it was stopped)."""
         spec = launcher.ChildSpec(
             "task", self.target, {"workload": self.workload}, settings=self.settings,
-            log_file=Path(self.workload.log_file), capture_output=True,
+            log_file=self.log_path, capture_output=True,
             kill_with_parent=True,  # user code must not outlive a worker that died
         )  # fmt: skip
         try:
@@ -337,7 +360,7 @@ class TaskSupervisor:
         spec = launcher.ChildSpec(
             "task", FAILURE_CALLBACKS_TARGET,
             {"workload": self.workload, "reason": reason, "cause": cause},
-            settings=self.settings, log_file=Path(self.workload.log_file),
+            settings=self.settings, log_file=self.log_path,
             capture_output=True, kill_with_parent=True,
         )  # fmt: skip
         attempt.event("calling the task's failure callbacks in a new task process")
