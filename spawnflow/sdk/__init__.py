@@ -5,6 +5,7 @@ from spawnflow.sdk.branching import BranchTask, ShortCircuitTask
 from spawnflow.sdk.connections import Connection
 from spawnflow.sdk.dags import Dag, dag
 from spawnflow.sdk.groups import TaskGroup, task_group
+from spawnflow.sdk.mapping import Partial, TaskFunction
 from spawnflow.sdk.partitions import CustomMapper, DayToMonth, DayToWeek, HourToDay, Identity
 from spawnflow.sdk.runtime import (
     Variable,
@@ -56,6 +57,7 @@ __all__ = [
     "FileTrigger",
     "HourToDay",
     "Identity",
+    "Partial",
     "PythonTask",
     "SensorTimeout",
     "ShortCircuitTask",
@@ -63,6 +65,7 @@ __all__ = [
     "StateStoreBackend",
     "Task",
     "TaskDeferred",
+    "TaskFunction",
     "TaskGroup",
     "TimeDeltaTrigger",
     "TriggerEvent",

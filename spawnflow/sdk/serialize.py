@@ -17,6 +17,7 @@ import msgspec
 from spawnflow.sdk.assets import Asset, AssetRef, WatcherRef, watcher_refs
 from spawnflow.sdk.callbacks import TASK_CALLBACKS
 from spawnflow.sdk.dags import Dag
+from spawnflow.sdk.mapping import expand_json
 from spawnflow.sdk.schedule import Schedule
 from spawnflow.sdk.tasks import Task, to_json
 
@@ -51,6 +52,16 @@ class SerializedTask(msgspec.Struct, frozen=True):
     pool_slots: int = 1
     priority_weight: int = 1
     weight_rule: str = "downstream"
+    #: How many of its task instances may run at once over all runs (None: no bound).
+    max_active_tis_per_dag: int | None = None
+    #: A mapped task's expansion (:func:`spawnflow.sdk.mapping.expand_json`): ``{"kind":
+    #: "expand", "mapped": {name: list or XCom reference}}`` or ``{"kind":
+    #: "expand_kwargs", "value": list of dicts or XCom reference}``; None if unmapped.
+    expand: dict[str, Any] | None = None
+
+    @property
+    def is_mapped(self) -> bool:
+        return self.expand is not None
 
 
 class SerializedDag(msgspec.Struct, frozen=True, dict=True):
@@ -202,6 +213,8 @@ def _task(task: Task) -> SerializedTask:
         pool_slots=task.pool_slots,
         priority_weight=task.priority_weight,
         weight_rule=task.weight_rule.value,
+        max_active_tis_per_dag=task.max_active_tis_per_dag,
+        expand=expand_json(task),
     )
 
 

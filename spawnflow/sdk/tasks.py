@@ -87,8 +87,13 @@ class Task(Linked):
     ``pool`` (the pool whose slots a try takes; ``default_pool``), ``pool_slots`` (how
     many; 1), ``priority_weight`` (1) and ``weight_rule`` (``downstream``: the task's
     weight plus every downstream task's, ``upstream``: plus every upstream task's,
-    ``absolute``: its own), each defaulting to the Dag's ``default_args``; and
-    ``outlets``, the :class:`~spawnflow.sdk.assets.Asset` list the task updates.
+    ``absolute``: its own), ``max_active_tis_per_dag`` (how many of its task
+    instances may run at once over all runs of the Dag, mapped ones included; None: no
+    bound), each defaulting to the Dag's ``default_args``; and ``outlets``, the
+    :class:`~spawnflow.sdk.assets.Asset` list the task updates.
+
+    A ``@task`` function's ``partial``, ``expand`` and ``expand_kwargs`` make a mapped
+    task (see :mod:`spawnflow.sdk.mapping`); its ``expand_input`` says over what.
 
     Retries: a failed try is tried again ``retries`` times, ``retry_delay`` (a
     timedelta or seconds; 5 minutes by default) after it ended. With
@@ -138,6 +143,7 @@ class Task(Linked):
         pool_slots: int | None = None,
         priority_weight: int | None = None,
         weight_rule: str | WeightRule | None = None,
+        max_active_tis_per_dag: int | None = None,
     ):
         from spawnflow.sdk.building import current_dag, current_group
 
@@ -198,10 +204,16 @@ class Task(Linked):
             self.weight_rule = _weight_rule(
                 _pick(weight_rule, defaults, "weight_rule", WeightRule.DOWNSTREAM)
             )
+            most = _pick(max_active_tis_per_dag, defaults, "max_active_tis_per_dag", None)
+            self.max_active_tis_per_dag: int | None = (
+                None if most is None else _positive_int(most, "max_active_tis_per_dag")
+            )
         except ValueError as error:
             raise self.dag.definition_error(str(error), task_id=task_id) from None
         self.upstream_task_ids: set[str] = set()
         self.downstream_task_ids: set[str] = set()
+        #: What a mapped task is expanded over (spawnflow.sdk.mapping.ExpandInput).
+        self.expand_input: Any = None
         self.dag.add_task(self)
         if self.task_group is not None:
             self.task_group.add(self)
@@ -352,6 +364,16 @@ def add_decorator_kind(name: str, factory: Callable[..., Task]) -> None:
     _decorator_kinds[name] = factory
 
 
+#: What ``@task`` makes of a function: spawnflow.sdk.mapping.TaskFunction (which adds
+#: ``partial``/``expand``), set by that module so that this one need not import it.
+_task_function: list[Callable[..., Any]] = []
+
+
+def set_task_function(factory: Callable[..., Any]) -> None:
+    """Make ``@task`` return ``factory(task_factory, function, settings, free_id)``."""
+    _task_function[:] = [factory]
+
+
 class _TaskDecorator:
     """``@task``, ``@task(retries=2)``, ``@task.command``, ``@task.branch`` and
     ``@task.short_circuit``."""
@@ -363,18 +385,7 @@ class _TaskDecorator:
         if function is None:
             return _TaskDecorator(self._factory, **{**self._defaults, **options})
         settings = {**self._defaults, **options}
-
-        def create(*args: Any, **kwargs: Any) -> XComArg:
-            task_id = settings.get("task_id") or _free_task_id(function.__name__)
-            rest = {k: v for k, v in settings.items() if k != "task_id"}
-            created = self._factory(task_id, function, op_args=args, op_kwargs=kwargs, **rest)
-            return created.output
-
-        create.__name__ = function.__name__
-        create.__doc__ = function.__doc__
-        # A function takes any attribute; mypy does not model that on a def.
-        create.__wrapped__ = function  # type: ignore[attr-defined]
-        return create
+        return _task_function[0](self._factory, function, settings, _free_task_id)
 
     @property
     def command(self) -> _TaskDecorator:
