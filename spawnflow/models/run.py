@@ -60,7 +60,7 @@ class TaskInstance(Base):
     """One task of one Dag run, across its tries."""
 
     __tablename__ = "task_instance"
-    __table_args__ = (UniqueConstraint("dag_run_id", "task_id"),)
+    __table_args__ = (UniqueConstraint("dag_run_id", "task_id", "map_index"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     dag_run_id: Mapped[int] = mapped_column(
@@ -68,6 +68,9 @@ class TaskInstance(Base):
     )
     dag_id: Mapped[str] = mapped_column(Identifier, index=True)
     task_id: Mapped[str] = mapped_column(Identifier)
+    #: Which element of a mapped task this instance runs (0..n-1); -1 for an unmapped
+    #: task, and for a mapped task's placeholder until it is expanded (as Airflow's).
+    map_index: Mapped[int] = mapped_column(Integer, default=-1, server_default="-1")
     state: Mapped[str] = mapped_column(String(20), index=True, default=TaskState.NONE)
     try_number: Mapped[int] = mapped_column(Integer, default=0)
     max_tries: Mapped[int] = mapped_column(Integer, default=0)
