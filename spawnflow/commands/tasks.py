@@ -36,14 +36,22 @@ def tasks_group() -> None:
     is_flag=True,
     help="Fail the task when it pulls an upstream XCom that was not given.",
 )
+@click.option("--map-index", type=click.IntRange(min=0), default=None,
+              help="Which element of a mapped task to run (default: the first).")  # fmt: skip
 @pass_state
 def test_command(
-    state: State, dag_id: str, task_id: str, xcoms: tuple[str, ...], strict: bool
+    state: State,
+    dag_id: str,
+    task_id: str,
+    xcoms: tuple[str, ...],
+    strict: bool,
+    map_index: int | None,
 ) -> None:
     """Run one task once in a task process (under the executor's start method), ignoring its
     dependencies and writing nothing to the database; show its log and its XComs. An
     upstream XCom it pulls is None unless given with --xcom (a warning says so; --strict
-    fails the task instead)."""
+    fails the task instead). A mapped task runs one element, the first unless --map-index
+    says which."""
     from spawnflow.comms.states import TaskState
     from spawnflow.sdk import xcom
     from spawnflow.services import runs, testing
@@ -51,7 +59,7 @@ def test_command(
     upstream = dict(_upstream_xcom(text) for text in xcoms)
     settings = state.database()
     result = testing.test_task(settings, dag_id, task_id, click.echo, upstream=upstream,
-                               strict=strict)  # fmt: skip
+                               strict=strict, map_index=map_index)  # fmt: skip
     for line in runs.read_log(result.log_file)[0]:
         click.echo(line)
     for key, value in result.xcoms.items():

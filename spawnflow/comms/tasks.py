@@ -58,6 +58,8 @@ class Workload(msgspec.Struct, frozen=True):
     #: the failure ones in a new task process when it had to stop the task on its
     #: ``execution_timeout`` (the task process could not call them itself).
     callbacks: list[str] = msgspec.field(default_factory=list)
+    #: Which element of a mapped task this try runs (0..n-1); -1 for an unmapped task.
+    map_index: int = -1
 
     def retry_wait(self) -> float:
         """Seconds this try waits before the next one if it fails (see

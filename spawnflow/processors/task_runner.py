@@ -32,7 +32,16 @@ from spawnflow.comms.tasks import (
     XComPush,
 )
 from spawnflow.comms.templates import RenderedFields
-from spawnflow.sdk import branching, callbacks, loading, runtime, state, templates, xcom
+from spawnflow.sdk import (
+    branching,
+    callbacks,
+    loading,
+    mapping,
+    runtime,
+    state,
+    templates,
+    xcom,
+)
 from spawnflow.sdk.names import defined_in_dag_file
 from spawnflow.sdk.tasks import CommandTask, PythonTask, Task, XComArg
 from spawnflow.sdk.triggers import TaskDeferred, classpath_of
@@ -68,6 +77,7 @@ def _context(workload: Workload) -> dict[str, Any]:
         "data_interval_start": workload.data_interval_start,
         "data_interval_end": workload.data_interval_end,
         "try_number": workload.try_number,
+        "map_index": workload.map_index,
         "params": {**workload.params, **workload.conf},
         "conf": workload.conf,
         "partition_key": workload.partition_key,
@@ -105,7 +115,7 @@ def run_task(channel, workload: Workload) -> None:
         channel.send(TaskStarting())
         context["templates_dict"] = _render_templates(task, context)
         _call_back(task, "on_execute_callback")
-        result = _resume(task, workload) if resuming else _execute(task, channel)
+        result = _resume(task, workload) if resuming else _execute(task, channel, workload)
         try:
             follow = branching.follow_of(task, result)
         except ValueError as error:
@@ -252,10 +262,11 @@ def _find_task(workload: Workload) -> Task:
     raise TaskFailed(f"{workload.dag_file} no longer defines Dag {workload.dag_id!r}")
 
 
-def _execute(task: Task, channel) -> Any:
+def _execute(task: Task, channel, workload: Workload) -> Any:
     if isinstance(task, PythonTask | CommandTask):
         args = [_resolve(value, channel) for value in task.op_args]
         kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
+        kwargs.update(_element(task, channel, workload.map_index))
     if isinstance(task, PythonTask):
         return _call_with_context(task.python_callable, args, kwargs)
     if isinstance(task, CommandTask):
@@ -267,6 +278,22 @@ def _execute(task: Task, channel) -> Any:
     if callable(execute):  # a task class of its own (a sensor, say)
         return _call_with_context(execute, [], {})
     raise TaskFailed(f"spawnflow cannot run tasks of kind {task.kind!r}")
+
+
+def _element(task: Task, channel, map_index: int) -> dict[str, Any]:
+    """A mapped task's keyword arguments for element ``map_index`` (none for an
+    unmapped task); TaskFailed, in one sentence, when they cannot be made."""
+    if task.expand_input is None:
+        return {}
+    if map_index < 0:
+        raise TaskFailed(
+            f"mapped task {task.task_id!r} was run without a map index; it runs once per "
+            "element of what it is expanded over"
+        )
+    try:
+        return mapping.element_kwargs(task, map_index, lambda source: _resolve(source, channel))
+    except (ValueError, IndexError) as error:
+        raise TaskFailed(str(error)) from None
 
 
 def _render_templates(task: Task, context: dict[str, Any]) -> Any:

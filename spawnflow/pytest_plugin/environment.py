@@ -130,7 +130,7 @@ class SpawnflowEnv:
             key = key or "return_value"
             upstream[(task, key)] = xcom.encode(value, key, task)
         ran = testing.test_task(self.settings, dag_id, task_id, lambda _: None,
-                                upstream=upstream, strict=True)  # fmt: skip
+                                upstream=upstream, strict=True, map_index=None)  # fmt: skip
         log = ran.log_file.read_text(encoding="utf-8") if ran.log_file.exists() else ""
         values = {key: xcom.decode(value) for key, value in ran.xcoms.items()}
         return TaskResult(task_id, ran.state, 1, ran.reason, values, _rendered(log))

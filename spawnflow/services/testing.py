@@ -216,31 +216,37 @@ class TaskTest:
 
 def test_task(settings: Settings, dag_id: str, task_id: str, show: Callable[[str], None], *,
               upstream: dict[tuple[str, str], str] | None,
-              strict: bool) -> TaskTest:  # fmt: skip
+              strict: bool, map_index: int | None) -> TaskTest:  # fmt: skip
     """Run one task once, in a task process, writing no state; ``upstream`` XComs by
-    (task id, key), a missing one failing the task if ``strict``."""
+    (task id, key), a missing one failing the task if ``strict``; ``map_index``: which
+    element of a mapped task (None: the first)."""
     ensure_parsed(settings, dag_id)
     _, document = get_dag(dag_id)
     if task_id not in document.task_ids:
         hint = did_you_mean(task_id, document.task_ids)
         raise UserError(f"Dag {dag_id!r} has no task {task_id!r}"
                         + (hint or f"; it has {', '.join(document.task_ids)}"))  # fmt: skip
-    return run_task_once(settings, document, task_id, show, upstream=upstream, strict=strict)
+    if map_index is not None and not document.task(task_id).is_mapped:
+        raise UserError(f"task {task_id!r} of Dag {dag_id!r} is not mapped: it takes no map index")
+    return run_task_once(settings, document, task_id, show, upstream=upstream, strict=strict,
+                         map_index=map_index)  # fmt: skip
 
 
 def run_task_once(
     settings: Settings, document: SerializedDag, task_id: str, show: Callable[[str], None], *,
     method: str | None = None, upstream: dict[tuple[str, str], str] | None = None,
-    timeout: float | None = None, strict: bool = False,
+    timeout: float | None = None, strict: bool = False, map_index: int | None = None,
 ) -> TaskTest:  # fmt: skip
     """Run ``task_id`` of ``document`` once in a task process, writing no state.
 
     ``method``: the task process's start method, and its own ``multiprocessing``
     default (None: the executor's method, Python's default). ``upstream``: the XComs it
     may pull, by (task id, key); others are None. ``timeout``: seconds the task may run
-    at most (its execution_timeout, if shorter, still applies).
+    at most (its execution_timeout, if shorter, still applies). ``map_index``: which
+    element of a mapped task it runs (None: the first; ignored for an unmapped task).
     """
     task = document.task(task_id)
+    index = (0 if map_index is None else map_index) if task.is_mapped else -1
     limits = [s for s in (task.execution_timeout, timeout) if s is not None]
     now = runs.utcnow()
     folder = Path(tempfile.mkdtemp(prefix="spawnflow-task-test-"))
@@ -249,7 +255,7 @@ def run_task_once(
         try_number=1, dag_file=document.fileloc, dags_folder=str(settings.core.dags_folder),
         logical_date=now, data_interval_start=now, data_interval_end=now, conf={},
         params=document.params, execution_timeout=min(limits) if limits else None,
-        retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"),
+        retry_delay=task.retry_delay, log_file=str(folder / "attempt=1.log"), map_index=index,
         retry_exponential_backoff=task.retry_exponential_backoff,
         max_retry_delay=task.max_retry_delay, callbacks=list(task.callbacks),
         multiprocessing_start_method=method,

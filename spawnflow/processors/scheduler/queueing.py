@@ -33,17 +33,24 @@ from spawnflow.processors.scheduler.asset_runs import triggering_events
 from spawnflow.processors.scheduler.runs import DagBag, aware
 
 
-def attempt_log_key(dag_id: str, run_id: str, task_id: str, attempt: int) -> str:
-    """``dag_id=…/run_id=…/task_id=…/attempt=N.log``: a try's log relative to a
+def attempt_log_key(dag_id: str, run_id: str, task_id: str, attempt: int,
+                    map_index: int = -1) -> str:  # fmt: skip
+    """``dag_id=…/run_id=…/task_id=…/attempt=N.log`` (``…/task_id=…/map_index=M/
+    attempt=N.log`` for an element of a mapped task): a try's log relative to a
     ``[logging] base_log_folder`` (or ``remote_base_url``), each id made safe as a folder
     name on every OS (see :func:`~spawnflow.bootstrap.paths.folder_name`)."""
-    return "/".join((folder_name("dag_id", dag_id), folder_name("run_id", run_id),
-                     folder_name("task_id", task_id), f"attempt={attempt}.log"))  # fmt: skip
+    parts = [folder_name("dag_id", dag_id), folder_name("run_id", run_id),
+             folder_name("task_id", task_id)]  # fmt: skip
+    if map_index >= 0:
+        parts.append(f"map_index={map_index}")
+    return "/".join([*parts, f"attempt={attempt}.log"])
 
 
-def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int) -> Path:
+def attempt_log(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int,
+                map_index: int = -1) -> Path:  # fmt: skip
     """A try's log file under this machine's ``[logging] base_log_folder``."""
-    return remote_logs.local_path(settings, attempt_log_key(dag_id, run_id, task_id, attempt))
+    key = attempt_log_key(dag_id, run_id, task_id, attempt, map_index)
+    return remote_logs.local_path(settings, key)
 
 
 def queue_tasks(
@@ -195,7 +202,8 @@ def _queue_one(
         retry_exponential_backoff=task.retry_exponential_backoff,
         max_retry_delay=task.max_retry_delay, max_tries=ti.max_tries,
         callbacks=list(task.callbacks),
-        log_file=attempt_log_key(ti.dag_id, run.run_id, ti.task_id, try_number),
+        log_file=attempt_log_key(ti.dag_id, run.run_id, ti.task_id, try_number, ti.map_index),
+        map_index=ti.map_index,
         outlets=list(task.outlets), partition_key=run.partition_key,
         multiprocessing_start_method=_task_multiprocessing(settings), queue=task.queue,
         triggering_asset_events=(
