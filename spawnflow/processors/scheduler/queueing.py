@@ -73,6 +73,14 @@ def queue_tasks(
     room = min(free_slots, settings.core.parallelism - sum(per_dag.values()))
     if room <= 0:
         return []
+    # For max_active_tis_per_dag; counted after the pool rows are locked, as the pools'
+    # use is, so that two schedulers never both take a task's last place.
+    per_task: dict[tuple[str, str], int] = {
+        (dag_id, task_id): count for dag_id, task_id, count in session.execute(
+            select(TaskInstance.dag_id, TaskInstance.task_id, func.count())
+            .where(active).group_by(TaskInstance.dag_id, TaskInstance.task_id)
+        )
+    }  # fmt: skip
     used = pool_usage(session, pools)
     pool_room = {name: pool.slots - used.get(name, 0) for name, pool in pools.items()}
     _explain_missing_pools(session, pools)
@@ -100,13 +108,15 @@ def queue_tasks(
         candidates = session.scalars(
             query.order_by(
                 TaskInstance.priority_weight.desc(), logical_date, TaskInstance.task_id,
-                TaskInstance.id,
+                TaskInstance.map_index, TaskInstance.id,
             ).limit(wanted * 4).with_for_update(skip_locked=True)
         ).all()  # fmt: skip
         for ti in candidates:
             if len(workloads) >= room:
                 break
-            workload = _queue_one(session, bag, settings, ti, per_dag, pool_room, job_id, now)
+            workload = _queue_one(
+                session, bag, settings, ti, (per_dag, per_task), pool_room, job_id, now
+            )
             if workload is not None:
                 workloads.append(workload)
         if len(workloads) >= room or len(candidates) < wanted * 4:
@@ -161,10 +171,13 @@ def _limit(session: Session, bag: DagBag, dag_id: str) -> int:
 
 def _queue_one(
     session: Session, bag: DagBag, settings: Settings, ti: TaskInstance,
-    per_dag: dict[str, int], pool_room: dict[str, int], job_id: int, now: dt.datetime,
+    active: tuple[dict[str, int], dict[tuple[str, str], int]], pool_room: dict[str, int],
+    job_id: int, now: dt.datetime,
 ) -> Workload | None:  # fmt: skip
-    """Mark ``ti`` queued and return its workload; None if its Dag or pool cannot take it
-    now."""
+    """Mark ``ti`` queued and return its workload; None if its Dag, its task's
+    ``max_active_tis_per_dag`` or its pool cannot take it now. ``active``: the queued and
+    running task instances per Dag and per (Dag, task)."""
+    per_dag, per_task = active
     doc = bag.get(session, ti.dag_id)
     if doc is None or per_dag.get(ti.dag_id, 0) >= doc.max_active_tasks:
         return None
@@ -173,6 +186,9 @@ def _queue_one(
     except KeyError:  # the Dag changed since the task was scheduled
         ti.state, ti.end_date = TaskState.REMOVED, now
         ti.reason = "the task is no longer in the Dag"
+        return None
+    bound = task.max_active_tis_per_dag
+    if bound is not None and per_task.get((ti.dag_id, ti.task_id), 0) >= bound:
         return None
     if (ti.pool, ti.pool_slots) != (task.pool, task.pool_slots):  # the Dag changed
         ti.pool, ti.pool_slots = task.pool, task.pool_slots
@@ -188,6 +204,7 @@ def _queue_one(
     assert model is not None
     ti.state, ti.queued_at, ti.scheduler_job_id = TaskState.QUEUED, now, job_id
     per_dag[ti.dag_id] = per_dag.get(ti.dag_id, 0) + 1
+    per_task[ti.dag_id, ti.task_id] = per_task.get((ti.dag_id, ti.task_id), 0) + 1
     # A deferred try whose trigger fired resumes in the same try; others start the next.
     try_number = ti.try_number if ti.next_method is not None else ti.try_number + 1
     return Workload(

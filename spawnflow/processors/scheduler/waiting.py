@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from spawnflow.comms.states import DagRunState, TaskState
 from spawnflow.models.base import one_of
 from spawnflow.models.run import DagRun, TaskInstance
 from spawnflow.processors.scheduler import decisions
+from spawnflow.processors.scheduler.expanding import expand_scheduled
 from spawnflow.processors.scheduler.runs import DagBag, aware, pool_columns
 from spawnflow.sdk import serialize
 
@@ -129,6 +130,10 @@ def schedule_tasks(
             tis.follow_dag_changes(now)
         retry_due = tis.decide(now)
         written, whole = tis.write()
+        if written:  # a mapped task just scheduled gets its elements, in this transaction
+            expanded = expand_scheduled(session, run, doc, now)
+            changed += expanded
+            whole = whole and not expanded  # the counts do not have the new rows
         changed += written
         ended = decisions.run_state_of_counts(tis.counts) if whole else None
         if ended is not None:  # and only from states that were all written
@@ -179,6 +184,10 @@ class _RunTasks:
         rows = session.execute(query).all()
         #: task id -> (id, state): the rows read, and the upstream rows read for them.
         self._rows: dict[str, tuple[int, str]] = {r.task_id: (r.id, r.state) for r in rows}
+        #: The states of each task read with several rows (a mapped task's elements):
+        #: a downstream task's trigger rule counts each one, as Airflow's does.
+        self._elements: dict[str, list[str]] = {}
+        self._note_elements((r.task_id, r.state) for r in rows)
         self._retry_at = {r.task_id: r.next_try_at for r in rows}
         self._waiting = [task_id for task_id, (_, state) in self._rows.items()
                          if state in _WAITING]  # fmt: skip
@@ -244,8 +253,11 @@ class _RunTasks:
                 upstream = self._with_moves(large[key], key)
                 decision = decisions.decide_counts(task.trigger_rule, upstream)
             else:
-                rows = self._rows
-                states = tuple(rows[u][1] for u in task.upstream if u in rows)
+                rows, elements = self._rows, self._elements
+                states = tuple(
+                    state for u in task.upstream if u in rows
+                    for state in (elements[u] if u in elements else (rows[u][1],))
+                )  # fmt: skip
                 decision = decided.get((task.trigger_rule, states), "")
                 if not decision:
                     decision = decisions.decide(task.trigger_rule, states)
@@ -286,13 +298,24 @@ class _RunTasks:
             for upstream in task.upstream if upstream not in self._rows
         })  # fmt: skip
         for start in range(0, len(wanted), _CHUNK):
-            for ti_id, task_id, state in self.session.execute(
+            found = self.session.execute(
                 select(TaskInstance.id, TaskInstance.task_id, TaskInstance.state).where(
                     TaskInstance.dag_run_id == self.run.id,
                     one_of(self.session, TaskInstance.task_id, wanted[start : start + _CHUNK]),
                 )
-            ):
+            ).all()
+            for ti_id, task_id, state in found:
                 self._rows[task_id] = (ti_id, state)
+            self._note_elements((task_id, state) for _, task_id, state in found)
+
+    def _note_elements(self, rows: Iterable[tuple[str, str]]) -> None:
+        """Keep the states of the tasks that came with several rows."""
+        states: dict[str, list[str]] = {}
+        for task_id, state in rows:
+            states.setdefault(task_id, []).append(state)
+        self._elements.update(
+            (task_id, found) for task_id, found in states.items() if len(found) > 1
+        )
 
     def _count_upstream(self, upstream: frozenset[str]) -> Counter[str]:
         """A large set of upstream tasks' states counted in SQL, as they were read."""

@@ -20,6 +20,7 @@ from spawnflow.comms.states import ErrorKind
 from spawnflow.comms.tasks import Done, Workload, XComPull, XComPush, XComValue
 from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, StoreXCom, XComLoaded, XComRef, XComStored
 from spawnflow.models import lookups
+from spawnflow.models.mapped import run_xcom
 from spawnflow.models.run import DagRun, TaskInstance, XCom
 from spawnflow.xcoms import BackendChoice
 from spawnflow.xcoms.dispatch import PURGE_TRIES
@@ -186,13 +187,18 @@ class XComService:
     def _pull(self, request: XComPull) -> None:
         workload = self.workload
         with orm.session_scope(write=False) as session:
-            row = session.execute(
-                select(XCom.value, XCom.reference, XCom.size)
-                .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
-                .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
-                .where(DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id,
-                       TaskInstance.task_id == request.task_id, XCom.key == request.key)
-            ).first()  # fmt: skip
+            run_id = session.scalar(select(DagRun.id).where(
+                DagRun.dag_id == workload.dag_id, DagRun.run_id == workload.run_id
+            ))  # fmt: skip
+            try:
+                row = None if run_id is None else run_xcom(
+                    session, run_id, request.task_id, request.key
+                )  # fmt: skip
+            except ValueError as error:  # a mapped task's values kept by a backend
+                self.reply(wire.ErrorResponse(
+                    id=request.id, kind=ErrorKind.XCOM_BACKEND_ERROR, message=str(error)
+                ))  # fmt: skip
+                return
         if row is None or row.reference is None:
             self.reply(XComValue(id=request.id, value=row.value if row else None))
             return

@@ -1,0 +1,89 @@
+"""Dynamic task mapping as a user meets it, under each start method: the Dags of
+tests/scheduler/mapping_dags.py run by a real scheduler (``spawnflow standalone``) and
+by ``spawnflow dags test``, each as a process of its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scheduler import mapping_dags
+from tests.scheduler.test_e2e import query, spawnflow
+from tests.scheduler.test_features_e2e import _environment
+
+pytestmark = pytest.mark.process
+
+
+def _task_states(url: str, dag_id: str) -> dict[str, list[str]]:
+    """Each task's states in map-index order (the Dag's only run)."""
+    found: dict[str, list[str]] = {}
+    for task_id, _, state in query(
+        url,
+        "SELECT task_id, map_index, state FROM task_instance "
+        f"WHERE dag_id = '{dag_id}' ORDER BY task_id, map_index",
+    ):
+        found.setdefault(task_id, []).append(state)
+    return found
+
+
+def _map_indexes(url: str, dag_id: str, task_id: str) -> list[int]:
+    rows = query(url, "SELECT map_index FROM task_instance WHERE dag_id = "
+                 f"'{dag_id}' AND task_id = '{task_id}' ORDER BY map_index")  # fmt: skip
+    return [row[0] for row in rows]
+
+
+def _check_results(marks) -> None:
+    # Each downstream task got its mapped upstream's results, in map-index order.
+    assert mapping_dags.collected(marks, "literal") == [11, 21, 12, 22, 13, 23]
+    assert mapping_dags.collected(marks, "upstream") == [101, 102, 103]
+    assert mapping_dags.collected(marks, "kwargs") == ["x1", "y2"]
+    assert mapping_dags.most_running(marks) <= 2  # max_active_tis_per_dag=2
+
+
+def test_a_real_scheduler_expands_mapped_tasks(start_method, home, tmp_path):
+    marks = tmp_path / "marks"
+    mapping_dags.write(tmp_path / "dags", marks)
+    env = _environment(home, start_method, tmp_path)
+
+    done = spawnflow("standalone", "--exit-when-idle", env=env)
+
+    # exits 1: the run of e2e_map_not_a_list failed, as it should
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        "Done: every due Dag run has finished: 2 succeeded, 1 failed."
+    )
+    url = env["SPAWNFLOW__DATABASE__URL"]
+    for dag_id, states in mapping_dags.STATES.items():
+        assert _task_states(url, dag_id) == dict(sorted(states.items())), dag_id
+    assert _map_indexes(url, "e2e_mapping", "add") == list(range(6))
+    assert _map_indexes(url, "e2e_mapping", "add__2") == [-1]  # skipped: never expanded
+    ((reason,),) = query(url, "SELECT reason FROM task_instance WHERE dag_id = "
+                         "'e2e_map_not_a_list' AND task_id = 'add'")  # fmt: skip
+    assert reason == mapping_dags.NOT_A_LIST
+    _check_results(marks)
+    # A mapped task over 100 elements: every one ran, and the downstream got them all.
+    assert _map_indexes(url, "e2e_map_hundred", "add") == list(range(100))
+    assert mapping_dags.collected(marks, "hundred") == list(range(1, 101))
+    # Each element's try has a log of its own.
+    logs = tmp_path / "logs"
+    assert len(list(logs.glob("dag_id=e2e_mapping/run_id=*/task_id=add__1/map_index=*/"
+                              "attempt=1.log"))) == 3  # fmt: skip
+
+
+@pytest.mark.parametrize("dag_id", ["e2e_mapping", "e2e_map_not_a_list"])
+def test_dags_test_expands_mapped_tasks(dag_id, start_method, home, tmp_path):
+    marks = tmp_path / "marks"
+    mapping_dags.write(tmp_path / "dags", marks)
+    env = _environment(home, start_method, tmp_path)
+
+    done = spawnflow("dags", "test", dag_id, env=env)
+
+    failing = dag_id == "e2e_map_not_a_list"
+    assert done.returncode == int(failing), done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    url = env["SPAWNFLOW__DATABASE__URL"]
+    assert _task_states(url, dag_id) == dict(sorted(mapping_dags.STATES[dag_id].items()))
+    if failing:
+        assert mapping_dags.NOT_A_LIST in done.stdout
+    else:
+        _check_results(marks)
