@@ -187,3 +187,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, decimal.Decimal | uuid.UUID | Path):
         return str(value)
     return value
+
+
+def map_index_cell(map_index: int) -> str:
+    """A map index as the tables show it: blank for an unmapped task."""
+    return str(map_index) if map_index >= 0 else ""

@@ -15,7 +15,7 @@ from spawnflow.commands.completion import (
     task_id_argument,
 )
 from spawnflow.commands.groups import Group
-from spawnflow.commands.output import emit, output_option, table
+from spawnflow.commands.output import emit, map_index_cell, output_option, table
 from spawnflow.commands.runs import when
 from spawnflow.commands.state import State, pass_state
 
@@ -98,23 +98,26 @@ def _upstream_xcom(text: str) -> tuple[tuple[str, str], str]:
 @output_option
 @pass_state
 def states_command(state: State, dag_id: str, run_id: str, output: str) -> None:
-    """Show each task instance of a run: state, try, times and why it ended so."""
+    """Show each task instance of a run: state, try, times and why it ended so. A run with
+    mapped tasks gets a map index column (an element's index; blank for unmapped tasks)."""
     from spawnflow.services import listings
 
     state.database()
     records = [
-        {"task_id": ti.task_id, "state": ti.state, "try_number": ti.try_number,
-         "start_date": ti.start_date, "end_date": ti.end_date, "reason": ti.reason}
+        {"task_id": ti.task_id, "map_index": ti.map_index, "state": ti.state,
+         "try_number": ti.try_number, "start_date": ti.start_date, "end_date": ti.end_date,
+         "reason": ti.reason}
         for ti in listings.task_instances(dag_id, run_id)
     ]  # fmt: skip
+    mapped = any(r["map_index"] >= 0 for r in records)
     rows = [
-        [r["task_id"], r["state"], str(r["try_number"]), when(r["start_date"]),
-         when(r["end_date"]), r["reason"] or ""]
+        [r["task_id"], *([map_index_cell(r["map_index"])] if mapped else []), r["state"],
+         str(r["try_number"]), when(r["start_date"]), when(r["end_date"]), r["reason"] or ""]
         for r in records
     ]  # fmt: skip
-    emit(output, records,
-         lambda: table(["task", "state", "try", "started", "ended", "reason"], rows),
-         "The run has no task instances.")  # fmt: skip
+    headers = ["task", *(["map index"] if mapped else []), "state", "try", "started", "ended",
+               "reason"]  # fmt: skip
+    emit(output, records, lambda: table(headers, rows), "The run has no task instances.")
 
 
 @tasks_group.command("logs", short_help="Print the log of a task's try.")
@@ -123,16 +126,18 @@ def states_command(state: State, dag_id: str, run_id: str, output: str) -> None:
 @task_id_argument()
 @click.option("--attempt", type=click.IntRange(min=1), help="Which try (default: the latest).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until the try ends.")
+@click.option("--map-index", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="Which element of a mapped task (-1: an unmapped task).")  # fmt: skip
 @pass_state
 def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: int | None,
-                 follow: bool) -> None:  # fmt: skip
-    """Print the log of one try of a task: its own log lines, its stdout and stderr, and what
-    its supervisor did."""
+                 follow: bool, map_index: int) -> None:  # fmt: skip
+    """Print the log of one try of a task (of one element of a mapped task, with
+    --map-index): its own log lines, its stdout and stderr, and what its supervisor did."""
     from spawnflow.comms.states import TaskState
     from spawnflow.services import runs
 
     settings = state.database()
-    path, ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)
+    path, ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt, map_index)
     if not path.exists() and ti_state not in TaskState.ACTIVE:
         remote = runs.read_remote_log(settings, path)
         if remote is None:
@@ -148,7 +153,7 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
             click.echo(line)
         if not follow:
             break
-        ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt)[1]
+        ti_state = runs.log_path(settings, dag_id, run_id, task_id, attempt, map_index)[1]
         if ti_state not in TaskState.ACTIVE:
             for line in runs.read_log(path, offset)[0]:
                 click.echo(line)

@@ -11,7 +11,7 @@ from spawnflow.commands.completion import (
     task_id_option,
 )
 from spawnflow.commands.groups import Group
-from spawnflow.commands.output import emit, emit_one, output_option, table
+from spawnflow.commands.output import emit, emit_one, map_index_cell, output_option, table
 from spawnflow.commands.state import State, pass_state
 
 
@@ -32,17 +32,22 @@ def _shown(value: object, width: int = 60) -> str:
 @output_option
 @pass_state
 def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, output: str) -> None:
-    """List the XComs of run RUN_ID of DAG_ID: task, key, where the value is stored
-    (the database, or the backend's reference) and the value itself."""
+    """List the XComs of run RUN_ID of DAG_ID: task (and map index, in a run with mapped
+    tasks), key, where the value is stored (the database, or the backend's reference)
+    and the value itself."""
     from spawnflow.services import xcoms
 
     settings = state.database()
     entries = xcoms.list_xcoms(settings, dag_id, run_id, task_id)
-    records = [{"task_id": e.task_id, "key": e.key, "stored_in": e.stored_in, "value": e.value,
-                "error": e.error} for e in entries]  # fmt: skip
-    rows = [[e.task_id, e.key, e.stored_in, f"(unreadable: {e.error})" if e.error
-             else _shown(e.value)] for e in entries]  # fmt: skip
-    emit(output, records, lambda: table(["task", "key", "stored in", "value"], rows), "No XComs.")
+    records = [{"task_id": e.task_id, "map_index": e.map_index, "key": e.key,
+                "stored_in": e.stored_in, "value": e.value, "error": e.error}
+               for e in entries]  # fmt: skip
+    mapped = any(e.map_index >= 0 for e in entries)  # then a map index column
+    rows = [[e.task_id, *([map_index_cell(e.map_index)] if mapped else []), e.key,
+             e.stored_in, f"(unreadable: {e.error})" if e.error else _shown(e.value)]
+            for e in entries]  # fmt: skip
+    headers = ["task", *(["map index"] if mapped else []), "key", "stored in", "value"]
+    emit(output, records, lambda: table(headers, rows), "No XComs.")
 
 
 @xcom_group.command("get", short_help="Print one XCom's value and where it is stored.")

@@ -38,7 +38,7 @@ dag_run = table(
 
 task_instance = table(
     "task_instance",
-    *_columns(Integer, "id", "dag_run_id", "try_number"),
+    *_columns(Integer, "id", "dag_run_id", "try_number", "map_index"),
     *_columns(String, "task_id", "state"),
     *_columns(_TIME, "start_date", "end_date"),
     column("reason", Text),

@@ -77,7 +77,8 @@ def _moment(text: str) -> dt.datetime | None:
 
 def task_instances(dag_id: str, run_id: str) -> Sequence[Row]:
     """The task instances of one run (any spelling of its id that
-    :func:`~spawnflow.services.records.resolve_run_id` takes), in the order they were created."""
+    :func:`~spawnflow.services.records.resolve_run_id` takes), in the order they were created
+    (a mapped task's elements together, by map index)."""
     with orm.engine().connect() as connection:
         run_id = resolve_run_id(connection, dag_id, run_id)
         run = select(dag_run.c.id).where(dag_run.c.dag_id == dag_id, dag_run.c.run_id == run_id)
@@ -85,4 +86,10 @@ def task_instances(dag_id: str, run_id: str) -> Sequence[Row]:
         if found is None:
             raise no_run(dag_id, run_id)
         query = select(task_instance).where(task_instance.c.dag_run_id == found)
-        return connection.execute(query.order_by(task_instance.c.id)).all()
+        rows = connection.execute(query.order_by(task_instance.c.id)).all()
+    # A mapped task's elements are added when it is expanded: shown where its first
+    # row is, in map-index order.
+    first: dict[str, int] = {}
+    for position, row in enumerate(rows):
+        first.setdefault(row.task_id, position)
+    return sorted(rows, key=lambda row: (first[row.task_id], row.map_index))

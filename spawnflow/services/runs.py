@@ -36,7 +36,7 @@ def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
 
 
 def _task_instance(
-    session, dag_id: str, run_id: str, task_id: str, lock: bool = True
+    session, dag_id: str, run_id: str, task_id: str, lock: bool = True, map_index: int = -1
 ) -> TaskInstance:
     run_id = resolve_run_id(session, dag_id, run_id)  # latest, a prefix, a log folder
     query = (
@@ -44,9 +44,24 @@ def _task_instance(
         .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
         .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
     )
-    ti = session.scalar(query.with_for_update() if lock else query)
+    ti = session.scalar(
+        (query.with_for_update() if lock else query).where(TaskInstance.map_index == map_index)
+    )
     if ti is None:
         get_run(dag_id, run_id)  # a missing run is named as such
+        indexes = sorted(session.scalars(query.with_only_columns(TaskInstance.map_index)))
+        if indexes and indexes != [-1]:
+            raise NotFound(
+                f"task {task_id!r} of run {run_id!r} is mapped: give --map-index, one of "
+                f"{indexes[0]} to {indexes[-1]}"
+                if map_index == -1
+                else f"task {task_id!r} of run {run_id!r} has no map index {map_index}; it has "
+                f"{indexes[0]} to {indexes[-1]}"
+            )
+        if indexes and map_index != -1:
+            raise NotFound(
+                f"task {task_id!r} of run {run_id!r} is not mapped: leave out --map-index"
+            )
         raise unknown_task(session, dag_id, run_id, task_id)
     return ti
 
@@ -134,12 +149,14 @@ def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
         return previous
 
 
-def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int | None):
-    """The log file of one try (the latest when ``attempt`` is None), for ``run_id`` as
-    the user may spell it (``latest``, a prefix, the log folder's name)."""
+def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt: int | None,
+             map_index: int = -1):  # fmt: skip
+    """The log file of one try (the latest when ``attempt`` is None) of the task (of its
+    element ``map_index``, for a mapped task), for ``run_id`` as the user may spell it
+    (``latest``, a prefix, the log folder's name)."""
     with orm.session_scope(write=False) as session:
         run_id = resolve_run_id(session, dag_id, run_id)  # the folder is the real id's
-        ti = _task_instance(session, dag_id, run_id, task_id, lock=False)
+        ti = _task_instance(session, dag_id, run_id, task_id, lock=False, map_index=map_index)
         number = attempt or ti.try_number
         state, tries = ti.state, ti.try_number
     if number < 1:
@@ -149,7 +166,7 @@ def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt
             f"task {task_id!r} of run {run_id!r} has run {tries} time(s): "
             f"there is no attempt {number}"
         )
-    return attempt_log(settings, dag_id, run_id, task_id, number), state
+    return attempt_log(settings, dag_id, run_id, task_id, number, map_index), state
 
 
 _LINE_KEYS = frozenset({"timestamp", "event", "level", "logger", "role", "pid"})

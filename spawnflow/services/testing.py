@@ -60,6 +60,8 @@ class TaskChange:
     try_number: int
     #: How long its try ran, once it ended.
     seconds: float | None
+    #: The element of a mapped task; -1 for an unmapped task.
+    map_index: int = -1
 
 
 def test_dag(
@@ -78,17 +80,18 @@ def test_dag(
         created = runs.trigger_run(session, dag_id, conf, logical_date=logical_date)
         run_id, name = created.id, created.run_id
     on_start(name)
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, int], str] = {}
     triggerer: list[launcher.Child] = []
 
     def report(_summary) -> None:
         with orm.session_scope(write=False) as session:
             for ti in session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id):
-                if seen.get(ti.task_id) != ti.state:
-                    seen[ti.task_id] = ti.state
+                if seen.get((ti.task_id, ti.map_index)) != ti.state:
+                    seen[ti.task_id, ti.map_index] = ti.state
                     ended = ti.state in (*TaskState.FINISHED, TaskState.UP_FOR_RETRY)
                     seconds = ti.duration if ended else None
-                    on_change(TaskChange(ti.task_id, ti.state, ti.reason, ti.try_number, seconds))
+                    on_change(TaskChange(ti.task_id, ti.state, ti.reason, ti.try_number, seconds,
+                                         ti.map_index))  # fmt: skip
         if not triggerer and TaskState.DEFERRED in seen.values():
             # A task deferred: a triggerer for this run's triggers, until the run ends.
             spec = launcher.ChildSpec("triggerer", TRIGGERER_TARGET, {"only_runs": [run_id]},
@@ -118,7 +121,11 @@ def test_dag(
         assert run is not None  # created above, and spawnflow never deletes runs
         tis = list(session.query(TaskInstance).filter(TaskInstance.dag_run_id == run_id)
                    .order_by(TaskInstance.id))  # fmt: skip
-        return run, tis
+        # A mapped task's elements together, where its first row is, by map index.
+        first: dict[str, int] = {}
+        for position, ti in enumerate(tis):
+            first.setdefault(ti.task_id, position)
+        return run, sorted(tis, key=lambda ti: (first[ti.task_id], ti.map_index))
 
 
 def _why_it_ended(error: BaseException) -> str:

@@ -32,6 +32,8 @@ class XComEntry(msgspec.Struct):
     value: Any = None
     #: Why the value could not be read, if it could not.
     error: str | None = None
+    #: The element of a mapped task that pushed it; -1 for an unmapped task.
+    map_index: int = -1
 
 
 def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None = None,
@@ -39,7 +41,14 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
     """The run's XComs (one task's, one key's), with their values resolved."""
     run = get_run(dag_id, run_id)
     query = (
-        select(TaskInstance.task_id, XCom.key, XCom.value, XCom.reference, XCom.size)
+        select(
+            TaskInstance.task_id,
+            TaskInstance.map_index,
+            XCom.key,
+            XCom.value,
+            XCom.reference,
+            XCom.size,
+        )
         .join(TaskInstance, XCom.task_instance_id == TaskInstance.id)
         .where(TaskInstance.dag_run_id == run.id)
         .order_by(TaskInstance.id, XCom.key)
@@ -60,14 +69,15 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
     try:
         for row in rows:
             if row.reference is None:
-                entries.append(_decoded(XComEntry(row.task_id, row.key, "database"), row.value))
+                entry = XComEntry(row.task_id, row.key, "database", map_index=row.map_index)
+                entries.append(_decoded(entry, row.value))
                 continue
             helper = helper or _helper(settings)
             ref = XComRef(dag_id, run_id, row.task_id, row.key, row.size or 0)
             answer = helper.call(
                 lambda id, ref=ref, at=row.reference: LoadXCom(id=id, ref=ref, reference=at)
             )
-            entry = XComEntry(row.task_id, row.key, row.reference)
+            entry = XComEntry(row.task_id, row.key, row.reference, map_index=row.map_index)
             if isinstance(answer, wire.ErrorResponse):
                 entry.error = answer.message
                 entries.append(entry)

@@ -50,7 +50,7 @@ def test_the_listings_print_typed_records(one_run, output):
         "end_date": None,
     }]  # fmt: skip
     assert listed(one_run, "tasks", "states", "listed", "r1", output=output) == [{
-        "task_id": "only", "state": "failed", "try_number": 2,
+        "task_id": "only", "map_index": -1, "state": "failed", "try_number": 2,
         "start_date": "2026-01-02T03:04:05Z", "end_date": "2026-01-02T03:04:14Z",
         "reason": "boom",
     }]  # fmt: skip

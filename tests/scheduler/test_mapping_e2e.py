@@ -68,6 +68,32 @@ def test_a_real_scheduler_expands_mapped_tasks(start_method, home, tmp_path):
     logs = tmp_path / "logs"
     assert len(list(logs.glob("dag_id=e2e_mapping/run_id=*/task_id=add__1/map_index=*/"
                               "attempt=1.log"))) == 3  # fmt: skip
+    _check_the_cli_shows_map_indexes(env)
+
+
+def _check_the_cli_shows_map_indexes(env: dict[str, str]) -> None:
+    states = spawnflow("tasks", "states", "e2e_mapping", "latest", env=env)
+    assert states.returncode == 0, states.stderr
+    assert states.stdout.splitlines()[0].split()[:4] == ["task", "map", "index", "state"]
+    rows = [line.split()[:3] for line in states.stdout.splitlines()[2:]]
+    assert ["add__1", "2", "success"] in rows
+    assert ["numbers", "success", "1"] in rows  # unmapped: a blank map index
+
+    log = spawnflow("tasks", "logs", "e2e_mapping", "latest", "add__1", "--map-index", "1",
+                    env=env)  # fmt: skip
+    assert log.returncode == 0, log.stderr
+    assert "task started" in log.stdout
+    unnamed = spawnflow("tasks", "logs", "e2e_mapping", "latest", "add__1", env=env)
+    assert unnamed.returncode == 1
+    assert "Task 'add__1' of run" in unnamed.stderr
+    assert "is mapped: give --map-index, one of 0 to 2" in unnamed.stderr
+    assert "Traceback" not in unnamed.stderr
+
+    xcoms = spawnflow("xcom", "list", "e2e_mapping", "latest", "--task-id", "add__1", env=env)
+    assert xcoms.returncode == 0, xcoms.stderr
+    assert [line.split()[:2] + line.split()[-1:] for line in xcoms.stdout.splitlines()[2:]] == [
+        ["add__1", "0", "101"], ["add__1", "1", "102"], ["add__1", "2", "103"],
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("dag_id", ["e2e_mapping", "e2e_map_not_a_list"])
