@@ -166,13 +166,19 @@ def check_tasks(
 ) -> list[TaskRun]:
     """Run each task of ``documents`` once under ``method``, in each Dag's order, each
     for ``timeout`` seconds at most (a child that cannot unpickle its work makes a
-    ``multiprocessing.Pool`` wait forever)."""
+    ``multiprocessing.Pool`` wait forever). A mapped task runs its first element, and
+    the tasks downstream get the list of that one result; over an empty list it is
+    skipped, as the scheduler skips it."""
     from spawnflow.services import testing
 
     runs = []
     for dag_id, document in documents.items():
         upstream: dict[tuple[str, str], str] = {}
         for task in document.tasks:
+            if task.expand is not None and _maps_over_nothing(task.expand, upstream):
+                runs.append(TaskRun(dag_id, task.task_id, method, TaskState.SKIPPED,
+                                    "it is mapped over an empty list"))  # fmt: skip
+                continue
             result = testing.run_task_once(
                 settings,
                 document,
@@ -182,9 +188,27 @@ def check_tasks(
                 upstream=upstream,
                 timeout=timeout,
             )
-            upstream.update({(task.task_id, key): v for key, v in result.xcoms.items()})
+            pushed = result.xcoms
+            if task.expand is not None:  # the downstream tasks get a list of results
+                pushed = {key: f"[{value}]" for key, value in pushed.items()}
+            upstream.update({(task.task_id, key): v for key, v in pushed.items()})
             runs.append(TaskRun(dag_id, task.task_id, method, result.state, result.reason))
     return runs
+
+
+def _maps_over_nothing(expand: dict, upstream: dict[tuple[str, str], str]) -> bool:
+    """Whether a mapped task has no element, given the upstream XComs pushed so far (an
+    upstream value that is not a list is the task's failure to report, not this)."""
+    from spawnflow.sdk import mapping, xcom
+
+    values = {}
+    for ref in mapping.references(expand):
+        text = upstream.get((ref["__xcom__"], ref.get("key", "return_value")))
+        values[mapping.source_key(ref)] = None if text is None else xcom.decode(text)
+    try:
+        return not mapping.elements(expand, values)
+    except ValueError:
+        return False
 
 
 def _quiet(note: str) -> None:
@@ -243,8 +267,9 @@ class Report:
     @functools.cached_property
     def failing_everywhere(self) -> dict[tuple[str, str], str]:
         """(dag id, task id) -> why, for each task that succeeded under no method: no
-        difference, but no pass either."""
-        worked = {(r.dag_id, r.task_id) for r in self.runs if r.state == TaskState.SUCCESS}
+        difference, but no pass either (a mapped task skipped over an empty list passes)."""
+        passed = (TaskState.SUCCESS, TaskState.SKIPPED)
+        worked = {(r.dag_id, r.task_id) for r in self.runs if r.state in passed}
         return {(r.dag_id, r.task_id): r.reason or r.state for r in self.runs
                 if (r.dag_id, r.task_id) not in worked}  # fmt: skip
 

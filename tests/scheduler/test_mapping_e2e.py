@@ -113,3 +113,29 @@ def test_dags_test_expands_mapped_tasks(dag_id, start_method, home, tmp_path):
         assert mapping_dags.NOT_A_LIST in done.stdout
     else:
         _check_results(marks)
+
+
+def test_dags_check_runs_a_mapped_tasks_first_element_and_skips_an_empty_one(
+    start_method, home, tmp_path
+):
+    marks = tmp_path / "marks"
+    path = mapping_dags.write(tmp_path / "dags", marks)
+    env = _environment(home, start_method, tmp_path)
+
+    done = spawnflow("dags", "check", str(path), "--method", start_method, env=env)
+
+    assert done.returncode == 1, done.stdout + done.stderr  # e2e_map_not_a_list fails
+    assert "Traceback" not in done.stderr
+    rows = {tuple(line.split()[:2]): line.split()[2] for line in done.stdout.splitlines()
+            if line.startswith("e2e_")}  # fmt: skip
+    assert rows[("e2e_mapping", "add__2")] == "skipped"
+    assert rows[("e2e_mapping", "collect__1")] == "success"
+    assert rows[("e2e_map_not_a_list", "add")] == "failed"
+    assert (
+        "Task 'add' of Dag 'e2e_map_not_a_list' fails under every start method: "
+        + mapping_dags.NOT_A_LIST
+    ) in done.stderr
+    assert "add__2" not in done.stderr  # a skip is no failure
+    # Downstream tasks got the list of the one element's result.
+    assert mapping_dags.collected(marks, "upstream") == [101]
+    assert mapping_dags.collected(marks, "kwargs") == ["x1"]
