@@ -214,3 +214,60 @@ def test_a_join_is_not_held_back_by_rows_of_tasks_removed_from_its_dag(
     tis = harness.task_instances(run_id)
     assert (tis["gone1"].state, tis["gone2"].state) == ("running", "queued")
     assert tis["join"].state == "scheduled"
+
+
+MAPPED = """
+from spawnflow import Dag, task
+
+with Dag("mapped"):
+
+    @task
+    def numbers():
+        return [1, 2, 3, 4]
+
+    @task
+    def double(x):
+        return 2 * x
+
+    @task
+    def total(values):
+        return sum(values)
+
+    total(double.expand(x=numbers()))
+"""
+
+
+@pytest.mark.parametrize("first_pass_reads_every_row", [True, False])
+def test_every_waiting_instance_of_a_mapped_task_is_decided_in_one_pass(
+    database_url, make_settings, tmp_path, first_pass_reads_every_row
+):
+    """Rows of one task are decided each on its own: two instances due for a retry and
+    one cleared among finished ones are all scheduled by one pass, whether the pass
+    reads every row of the run (a scheduler that just started) or only the waiting ones."""
+    from spawnflow.processors.scheduler import runs, waiting
+
+    _, bag, run_id = started_run(database_url, make_settings, tmp_path, MAPPED, "mapped",
+                                 numbers="running")  # fmt: skip
+    seen = waiting.RunsSeen()
+    if not first_pass_reads_every_row:  # the run is reconciled: next passes read less
+        assert one_pass(bag, run_id, seen) == 0
+    with orm.session_scope() as session:  # as if expanded, then partly run
+        session.execute(update(TaskInstance).where(
+            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "numbers"
+        ).values(state="success"))  # fmt: skip
+        (row,) = session.scalars(select(TaskInstance).where(
+            TaskInstance.dag_run_id == run_id, TaskInstance.task_id == "double"))  # fmt: skip
+        row.map_index, row.state = 0, "success"
+        for index, state in ((1, "up_for_retry"), (2, "none"), (3, "up_for_retry")):
+            session.add(TaskInstance(dag_run_id=run_id, dag_id="mapped", task_id="double",
+                                     map_index=index, state=state, try_number=1))  # fmt: skip
+    with statements() as ran:
+        assert one_pass(bag, run_id, seen, now=runs.utcnow()) == 3
+    assert reads_rows(ran)
+
+    with orm.session_scope(write=False) as session:
+        found = {(ti.task_id, ti.map_index): ti.state for ti in session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_run_id == run_id))}  # fmt: skip
+    assert found == {("numbers", -1): "success", ("double", 0): "success",
+                     ("double", 1): "scheduled", ("double", 2): "scheduled",
+                     ("double", 3): "scheduled", ("total", -1): "none"}  # fmt: skip

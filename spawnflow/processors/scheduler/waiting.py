@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,17 +182,19 @@ class _RunTasks:
         if not every_row:
             query = query.where(TaskInstance.state.in_(_WAITING))
         rows = session.execute(query).all()
-        #: task id -> (id, state): the rows read, and the upstream rows read for them.
-        self._rows: dict[str, tuple[int, str]] = {r.task_id: (r.id, r.state) for r in rows}
-        #: The states of each task read with several rows (a mapped task's elements):
-        #: a downstream task's trigger rule counts each one, as Airflow's does.
-        self._elements: dict[str, list[str]] = {}
-        self._note_elements((r.task_id, r.state) for r in rows)
-        self._retry_at = {r.task_id: r.next_try_at for r in rows}
-        self._waiting = [task_id for task_id, (_, state) in self._rows.items()
-                         if state in _WAITING]  # fmt: skip
-        #: task id -> (state it had, state decided), for large upstream sets' counts.
-        self._moved: dict[str, tuple[str, str]] = {}
+        #: task id -> {row id: state}: the rows read, and the upstream rows read for them.
+        #: A mapped task has several, one per instance: a downstream task's trigger rule
+        #: counts each one, as Airflow's does, and each instance waits on its own.
+        self._states: dict[str, dict[int, str]] = {}
+        for r in rows:
+            self._states.setdefault(r.task_id, {})[r.id] = r.state
+        #: The tasks whose every row was read.
+        self._complete: set[str] = set(self._states) if every_row else set()
+        self._retry_at = {r.id: r.next_try_at for r in rows}
+        #: (task id, row id) of each waiting row.
+        self._waiting = [(r.task_id, r.id) for r in rows if r.state in _WAITING]
+        #: row id -> (task id, state it had, state decided), for large upstream sets' counts.
+        self._moved: dict[int, tuple[str, str, str]] = {}
         #: (state it had, what to set) -> ids; the state it had guards the UPDATE, so a
         #: task instance somebody else changed meanwhile keeps what they wrote.
         self._moves: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = {}
@@ -201,7 +203,7 @@ class _RunTasks:
     def follow_dag_changes(self, now: dt.datetime) -> None:
         """The Dag changed since the run started: add new tasks, retire removed ones
         (every row was read)."""
-        new = [task for task in self.doc.tasks if task.task_id not in self._rows]
+        new = [task for task in self.doc.tasks if task.task_id not in self._states]
         added = [
             TaskInstance(dag_run_id=self.run.id, dag_id=self.run.dag_id, task_id=task.task_id,
                          state=TaskState.NONE, try_number=0, max_tries=task.retries,
@@ -212,33 +214,35 @@ class _RunTasks:
             self.session.add_all(added)
             self.session.flush()  # for their ids: they are decided about in this pass
             for ti in added:
-                self._rows[ti.task_id] = (ti.id, TaskState.NONE)
-                self._waiting.append(ti.task_id)
+                self._states[ti.task_id] = {ti.id: TaskState.NONE}
+                self._complete.add(ti.task_id)
+                self._waiting.append((ti.task_id, ti.id))
             self.counts[TaskState.NONE] += len(added)
             self._added += len(added)
         known = self.doc.task_index
-        for task_id, (_, state) in list(self._rows.items()):
-            if task_id not in known and state in (*_WAITING, TaskState.SCHEDULED):
-                self._move(task_id, state=TaskState.REMOVED, end_date=now,
-                           reason="the task is no longer in the Dag")  # fmt: skip
+        for task_id, states in list(self._states.items()):
+            for ti_id, state in list(states.items()):
+                if task_id not in known and state in (*_WAITING, TaskState.SCHEDULED):
+                    self._move(task_id, ti_id, state=TaskState.REMOVED, end_date=now,
+                               reason="the task is no longer in the Dag")  # fmt: skip
 
     def decide(self, now: dt.datetime) -> dt.datetime | None:
         """Decide about every waiting task instance, in the Dag's order (so that one
         decided here is seen by its downstream tasks); the earliest retry not due yet."""
         index = self.doc.task_index
-        waiting = sorted((t for t in self._waiting if t in index), key=index.__getitem__)
-        tasks = [self.doc.tasks[index[task_id]] for task_id in waiting]
-        self._read_upstream_rows(tasks)
+        waiting = sorted((w for w in self._waiting if w[0] in index), key=lambda w: index[w[0]])
+        self._read_upstream_rows([self.doc.tasks[index[task_id]] for task_id, _ in waiting])
         large: dict[frozenset[str], Counter[str]] = {}
         #: (rule, upstream states) -> decision: the leaves of a fan-out share theirs.
         decided: dict[tuple[str, tuple[str, ...]], str] = {}
         retry_due: dt.datetime | None = None
-        for task in tasks:
-            state = self._rows[task.task_id][1]
+        for task_id, ti_id in waiting:
+            task = self.doc.tasks[index[task_id]]
+            state = self._states[task_id][ti_id]
             if state == TaskState.UP_FOR_RETRY:
-                due = self._retry_at.get(task.task_id)
+                due = self._retry_at.get(ti_id)
                 if due is None or aware(due) <= now:
-                    self._move(task.task_id, state=TaskState.SCHEDULED, next_try_at=None)
+                    self._move(task_id, ti_id, state=TaskState.SCHEDULED, next_try_at=None)
                 elif retry_due is None or aware(due) < retry_due:
                     retry_due = aware(due)
                 continue
@@ -253,19 +257,18 @@ class _RunTasks:
                 upstream = self._with_moves(large[key], key)
                 decision = decisions.decide_counts(task.trigger_rule, upstream)
             else:
-                rows, elements = self._rows, self._elements
+                read = self._states
                 states = tuple(
-                    state for u in task.upstream if u in rows
-                    for state in (elements[u] if u in elements else (rows[u][1],))
-                )  # fmt: skip
+                    state for u in task.upstream if u in read for state in read[u].values()
+                )
                 decision = decided.get((task.trigger_rule, states), "")
                 if not decision:
                     decision = decisions.decide(task.trigger_rule, states)
                     decided[task.trigger_rule, states] = decision
             if decision == decisions.RUN:
-                self._move(task.task_id, state=TaskState.SCHEDULED)
+                self._move(task_id, ti_id, state=TaskState.SCHEDULED)
             elif decision != decisions.WAIT:
-                self._move(task.task_id, state=decision, start_date=now, end_date=now,
+                self._move(task_id, ti_id, state=decision, start_date=now, end_date=now,
                            reason=_REASONS[decision])  # fmt: skip
         return retry_due
 
@@ -295,7 +298,7 @@ class _RunTasks:
         """Read the states of the small upstream sets' tasks that were not read yet."""
         wanted = sorted({
             upstream for task in tasks if len(task.upstream) <= _COUNT_ABOVE
-            for upstream in task.upstream if upstream not in self._rows
+            for upstream in task.upstream if upstream not in self._complete
         })  # fmt: skip
         for start in range(0, len(wanted), _CHUNK):
             found = self.session.execute(
@@ -305,17 +308,9 @@ class _RunTasks:
                 )
             ).all()
             for ti_id, task_id, state in found:
-                self._rows[task_id] = (ti_id, state)
-            self._note_elements((task_id, state) for _, task_id, state in found)
-
-    def _note_elements(self, rows: Iterable[tuple[str, str]]) -> None:
-        """Keep the states of the tasks that came with several rows."""
-        states: dict[str, list[str]] = {}
-        for task_id, state in rows:
-            states.setdefault(task_id, []).append(state)
-        self._elements.update(
-            (task_id, found) for task_id, found in states.items() if len(found) > 1
-        )
+                # A row read already (a waiting one) keeps what this pass knows of it.
+                self._states.setdefault(task_id, {}).setdefault(ti_id, state)
+            self._complete.update(wanted[start : start + _CHUNK])
 
     def _count_upstream(self, upstream: frozenset[str]) -> Counter[str]:
         """A large set of upstream tasks' states counted in SQL, as they were read."""
@@ -334,19 +329,20 @@ class _RunTasks:
     def _with_moves(self, counted: Counter[str], upstream: frozenset[str]) -> Counter[str]:
         """Counts read before this pass's decisions, with those decisions applied."""
         states = Counter(counted)
-        for task_id, (was, now_is) in self._moved.items():
+        for task_id, was, now_is in self._moved.values():
             if task_id in upstream:
                 states[was] -= 1
                 states[now_is] += 1
         return states
 
-    def _move(self, task_id: str, **values: Any) -> None:
-        """Decide ``values`` for ``task_id``; later decisions of this pass see its state."""
-        ti_id, was = self._rows[task_id]
+    def _move(self, task_id: str, ti_id: int, **values: Any) -> None:
+        """Decide ``values`` for row ``ti_id`` of ``task_id``; later decisions of this pass
+        see its state."""
+        was = self._states[task_id][ti_id]
         self._moves.setdefault((was, tuple(sorted(values.items()))), []).append(ti_id)
-        self._rows[task_id] = (ti_id, values["state"])
-        first = self._moved.get(task_id, (was, was))[0]
-        self._moved[task_id] = (first, values["state"])
+        self._states[task_id][ti_id] = values["state"]
+        first = self._moved.get(ti_id, (task_id, was, was))[1]
+        self._moved[ti_id] = (task_id, first, values["state"])
         self.counts[was] -= 1
         self.counts[values["state"]] += 1
 
