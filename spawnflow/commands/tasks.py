@@ -165,14 +165,19 @@ def logs_command(state: State, dag_id: str, run_id: str, task_id: str, attempt: 
 @dag_id_argument()
 @run_id_argument()
 @task_id_argument("task_ids", nargs=-1, required=True)
+@click.option("--map-index", type=click.IntRange(min=0), default=None,
+              help="Only this instance of a mapped task (default: it expands again).")  # fmt: skip
 @pass_state
-def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, ...]) -> None:
+def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, ...],
+                  map_index: int | None) -> None:  # fmt: skip
     """Clear task instances: their state and XComs go, their retries start over, and the
-    scheduler runs them again. A running one is stopped within one heartbeat."""
+    scheduler runs them again. A running one is stopped within one heartbeat. A mapped
+    task is cleared whole and expands again once its upstream tasks are done (the list
+    may have another length now); with --map-index, only that instance runs again."""
     from spawnflow.services import runs
 
     state.database()
-    cleared = runs.clear(dag_id, run_id, list(task_ids))
+    cleared = runs.clear(dag_id, run_id, list(task_ids), map_index)
     click.echo(f"Cleared {', '.join(cleared)}.")
     if cleared.purge_failures:
         raise UserError(
@@ -186,15 +191,19 @@ def clear_command(state: State, dag_id: str, run_id: str, task_ids: tuple[str, .
 @dag_id_argument()
 @run_id_argument()
 @task_id_argument()
+@click.option("--map-index", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="Which instance of a mapped task (-1: an unmapped task).")  # fmt: skip
 @pass_state
-def mark_failed_command(state: State, dag_id: str, run_id: str, task_id: str) -> None:
-    """Mark a task instance failed. If it is running, its supervisor stops its process
-    within one heartbeat."""
+def mark_failed_command(state: State, dag_id: str, run_id: str, task_id: str,
+                        map_index: int) -> None:  # fmt: skip
+    """Mark a task instance failed (one instance of a mapped task, with --map-index). If
+    it is running, its supervisor stops its process within one heartbeat."""
     from spawnflow.services import runs
 
     state.database()
-    previous = runs.mark_failed(dag_id, run_id, task_id)
-    click.echo(f"Task {task_id!r} marked failed (it was {previous}).")
+    previous = runs.mark_failed(dag_id, run_id, task_id, map_index)
+    which = f"{task_id!r}" if map_index < 0 else f"{task_id!r} [{map_index}]"
+    click.echo(f"Task {which} marked failed (it was {previous}).")
 
 
 @tasks_group.command("list", short_help="Print the task ids of a Dag.")

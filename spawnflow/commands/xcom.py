@@ -55,20 +55,22 @@ def list_command(state: State, dag_id: str, run_id: str, task_id: str | None, ou
 @run_id_argument()
 @task_id_argument()
 @click.argument("key", default="return_value")
+@click.option("--map-index", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="Which instance of a mapped task (-1: an unmapped task).")  # fmt: skip
 @output_option
 @pass_state
 def get_command(state: State, dag_id: str, run_id: str, task_id: str, key: str,
-                output: str) -> None:  # fmt: skip
-    """Print the value TASK_ID pushed under KEY (default: return_value) in run RUN_ID.
-    A value that cannot be read exits 1 (with --output json or yaml, after the XCom's
-    record, whose error says why)."""
+                map_index: int, output: str) -> None:  # fmt: skip
+    """Print the value TASK_ID (its instance --map-index N, for a mapped task) pushed
+    under KEY (default: return_value) in run RUN_ID. A value that cannot be read exits 1
+    (with --output json or yaml, after the XCom's record, whose error says why)."""
     from spawnflow.bootstrap.errors import UserError
     from spawnflow.services import xcoms
 
     settings = state.database()
-    entry = xcoms.get_xcom(settings, dag_id, run_id, task_id, key)
-    record = {"task_id": entry.task_id, "key": entry.key, "stored_in": entry.stored_in,
-              "value": entry.value, "error": entry.error}  # fmt: skip
+    entry = xcoms.get_xcom(settings, dag_id, run_id, task_id, key, map_index)
+    record = {"task_id": entry.task_id, "map_index": entry.map_index, "key": entry.key,
+              "stored_in": entry.stored_in, "value": entry.value, "error": entry.error}  # fmt: skip
 
     def as_text() -> str:
         value = "" if entry.error else f"\nvalue: {entry.value!r}"

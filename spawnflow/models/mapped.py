@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from spawnflow.comms.states import TaskState
 from spawnflow.models.run import TaskInstance, XCom
 
 
@@ -25,13 +26,18 @@ class RunXCom:
 def run_xcom(session: Session, dag_run_id: int, task_id: str, key: str) -> RunXCom:
     """The XCom ``key`` of ``task_id`` in the run. For a mapped task (instances with a
     map index of 0 or more) the JSON list of its instances' values in map-index order
-    (``null`` for one that pushed none). ValueError if one of those values is kept by an
-    XCom backend: the list is made of JSON texts, here, without the backend."""
+    (``null`` for one that pushed none; ``removed`` ones, past the end of a shorter list,
+    left out). ValueError if one of those values is kept by an XCom backend: the list is
+    made of JSON texts, here, without the backend."""
     rows = session.execute(
         select(TaskInstance.map_index, XCom.value, XCom.reference, XCom.size)
         .select_from(TaskInstance)
         .outerjoin(XCom, (XCom.task_instance_id == TaskInstance.id) & (XCom.key == key))
-        .where(TaskInstance.dag_run_id == dag_run_id, TaskInstance.task_id == task_id)
+        .where(
+            TaskInstance.dag_run_id == dag_run_id,
+            TaskInstance.task_id == task_id,
+            TaskInstance.state != TaskState.REMOVED,
+        )
         .order_by(TaskInstance.map_index)
     ).all()
     mapped = [row for row in rows if row.map_index >= 0]

@@ -27,9 +27,37 @@ class TaskResult:
     #: Its last try's log, as ``spawnflow tasks logs`` prints it.
     log: str
 
+    #: Which instance of a mapped task it is; -1 for an unmapped task.
+    map_index: int = -1
+
     @property
     def return_value(self) -> Any:
         return self.xcoms.get("return_value")
+
+
+@dataclass
+class MappedTaskResult:
+    """How the instances of a mapped task ended: ``result["task"][i]`` is instance i."""
+
+    task_id: str
+    #: In map-index order.
+    instances: list[TaskResult]
+
+    def __getitem__(self, map_index: int) -> TaskResult:
+        return self.instances[map_index]
+
+    def __len__(self) -> int:
+        return len(self.instances)
+
+    @property
+    def state(self) -> str:
+        """``success`` if every instance succeeded, else the first other state."""
+        return next((i.state for i in self.instances if i.state != "success"), "success")
+
+    @property
+    def return_value(self) -> list[Any]:
+        """The instances' results in map-index order, as a task downstream receives them."""
+        return [instance.return_value for instance in self.instances]
 
 
 @dataclass
@@ -40,9 +68,10 @@ class DagRunResult:
     run_id: str
     state: str
     start_method: str
-    tasks: dict[str, TaskResult] = field(default_factory=dict)
+    #: By task id; a mapped task's instances together.
+    tasks: dict[str, TaskResult | MappedTaskResult] = field(default_factory=dict)
 
-    def __getitem__(self, task_id: str) -> TaskResult:
+    def __getitem__(self, task_id: str) -> TaskResult | MappedTaskResult:
         return self.tasks[task_id]
 
     @property
@@ -56,11 +85,14 @@ class DagRunResult:
             return
         lines = [f"run {self.run_id!r} of Dag {self.dag_id!r} under {self.start_method}: "
                  f"{self.state}"]  # fmt: skip
-        for task in self.tasks.values():
-            if task.state != "success":
-                lines.append(f"  task {task.task_id!r}: {task.state}"
-                             + (f" ({task.reason})" if task.reason else ""))  # fmt: skip
-                lines += [f"    | {line}" for line in task.log.splitlines()[-15:]]
+        for found in self.tasks.values():
+            for task in found.instances if isinstance(found, MappedTaskResult) else [found]:
+                if task.state != "success":
+                    which = f"{task.task_id!r}" + (f" [{task.map_index}]"
+                                                   if task.map_index >= 0 else "")  # fmt: skip
+                    lines.append(f"  task {which}: {task.state}"
+                                 + (f" ({task.reason})" if task.reason else ""))  # fmt: skip
+                    lines += [f"    | {line}" for line in task.log.splitlines()[-15:]]
         raise AssertionError("\n".join(lines))
 
 
@@ -109,11 +141,19 @@ class SpawnflowEnv:
                                     logical_date=logical_date)  # fmt: skip
         result = DagRunResult(dag_id, run.run_id, run.state, self.start_method)
         xcoms = self._xcoms(dag_id, run.run_id)
-        for ti in tis:
-            result.tasks[ti.task_id] = TaskResult(
-                ti.task_id, ti.state, ti.try_number, ti.reason, xcoms.get(ti.task_id, {}),
-                self._log(dag_id, run.run_id, ti.task_id, ti.try_number),
+        for ti in tis:  # a mapped task's instances in map-index order
+            found = TaskResult(
+                ti.task_id, ti.state, ti.try_number, ti.reason,
+                xcoms.get((ti.task_id, ti.map_index), {}),
+                self._log(dag_id, run.run_id, ti.task_id, ti.try_number, ti.map_index),
+                ti.map_index,
             )  # fmt: skip
+            if ti.map_index < 0:
+                result.tasks[ti.task_id] = found
+            else:
+                mapped = result.tasks.setdefault(ti.task_id, MappedTaskResult(ti.task_id, []))
+                assert isinstance(mapped, MappedTaskResult)
+                mapped.instances.append(found)
         return result
 
     def run_task(self, dag_id: str, task_id: str,
@@ -162,22 +202,23 @@ class SpawnflowEnv:
         raise DagCheckFailed(f"{path} is not start-method safe ({report.summary()}):\n- "
                              + "\n- ".join(problems))  # fmt: skip
 
-    def _xcoms(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+    def _xcoms(self, dag_id: str, run_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+        """What each task instance pushed, by (task id, map index) and key."""
         from spawnflow.services import xcoms
 
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[tuple[str, int], dict[str, Any]] = {}
         for entry in xcoms.list_xcoms(self.settings, dag_id, run_id):
-            found.setdefault(entry.task_id, {})[entry.key] = entry.value
+            found.setdefault((entry.task_id, entry.map_index), {})[entry.key] = entry.value
         return found
 
-    def _log(self, dag_id: str, run_id: str, task_id: str, tries: int) -> str:
+    def _log(self, dag_id: str, run_id: str, task_id: str, tries: int, map_index: int) -> str:
         from spawnflow.processors.scheduler.queueing import attempt_log
         from spawnflow.services import runs
 
         if tries < 1:
             return ""
-        return "\n".join(runs.read_log(attempt_log(self.settings, dag_id, run_id, task_id,
-                                                   tries))[0])  # fmt: skip
+        path = attempt_log(self.settings, dag_id, run_id, task_id, tries, map_index)
+        return "\n".join(runs.read_log(path)[0])
 
 
 def _rendered(text: str) -> str:

@@ -12,7 +12,7 @@ from spawnflow.bootstrap import orm
 from spawnflow.bootstrap.errors import UserError
 
 if TYPE_CHECKING:
-    from spawnflow.models.run import DagRun
+    from spawnflow.models.run import DagRun, TaskInstance
 
 
 class NotFound(UserError):
@@ -197,3 +197,48 @@ def get_run(dag_id: str, run_id: str) -> DagRun:
         if run is None:
             raise no_run(dag_id, run_id)
         return run
+
+
+def find_task_instance(
+    session, dag_id: str, run_id: str, task_id: str, lock: bool = True, map_index: int = -1
+) -> TaskInstance:
+    """The task instance (instance ``map_index`` of a mapped task) of the run the user
+    names (``latest``, a prefix, a log folder), locked unless ``lock`` is false;
+    NotFound, in one sentence, for a run or task that does not exist, a mapped task
+    without a map index (naming its indexes), or a map index for an unmapped task."""
+    from spawnflow.models.run import DagRun, TaskInstance
+
+    run_id = resolve_run_id(session, dag_id, run_id)  # latest, a prefix, a log folder
+    query = (
+        select(TaskInstance)
+        .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
+        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
+    )
+    ti = session.scalar(
+        (query.with_for_update() if lock else query).where(TaskInstance.map_index == map_index)
+    )
+    if ti is None:
+        get_run(dag_id, run_id)  # a missing run is named as such
+        indexes = sorted(session.scalars(query.with_only_columns(TaskInstance.map_index)))
+        if indexes and indexes != [-1]:
+            raise NotFound(
+                f"task {task_id!r} of run {run_id!r} is mapped: give --map-index, one of "
+                f"{indexes[0]} to {indexes[-1]}"
+                if map_index == -1
+                else f"task {task_id!r} of run {run_id!r} has no map index {map_index}; it has "
+                f"{indexes[0]} to {indexes[-1]}"
+            )
+        if indexes and map_index != -1:
+            raise NotFound(
+                f"task {task_id!r} of run {run_id!r} is not mapped: leave out --map-index"
+            )
+        raise unknown_task(session, dag_id, run_id, task_id)
+    return ti
+
+
+def task_instance(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> TaskInstance:
+    """The task instance (instance ``map_index`` of a mapped task), read; NotFound, in
+    one sentence, for a run or task that does not exist, a mapped task without a map
+    index (naming its indexes), or a map index for an unmapped task."""
+    with orm.session_scope(write=False) as session:
+        return find_task_instance(session, dag_id, run_id, task_id, lock=False, map_index=map_index)

@@ -19,7 +19,7 @@ from spawnflow.processors.scheduler import runs
 from spawnflow.processors.scheduler.queueing import attempt_log
 from spawnflow.services.records import (
     NotFound,
-    get_run,
+    find_task_instance,
     no_run,
     resolve_run_id,
     unknown_dag,
@@ -33,37 +33,6 @@ def trigger(dag_id: str, conf: dict[str, Any] | None = None) -> DagRun:
         if session.get(DagModel, dag_id) is None:
             raise unknown_dag(session, dag_id)
         return runs.trigger_run(session, dag_id, conf)
-
-
-def _task_instance(
-    session, dag_id: str, run_id: str, task_id: str, lock: bool = True, map_index: int = -1
-) -> TaskInstance:
-    run_id = resolve_run_id(session, dag_id, run_id)  # latest, a prefix, a log folder
-    query = (
-        select(TaskInstance)
-        .join(DagRun, TaskInstance.dag_run_id == DagRun.id)
-        .where(DagRun.dag_id == dag_id, DagRun.run_id == run_id, TaskInstance.task_id == task_id)
-    )
-    ti = session.scalar(
-        (query.with_for_update() if lock else query).where(TaskInstance.map_index == map_index)
-    )
-    if ti is None:
-        get_run(dag_id, run_id)  # a missing run is named as such
-        indexes = sorted(session.scalars(query.with_only_columns(TaskInstance.map_index)))
-        if indexes and indexes != [-1]:
-            raise NotFound(
-                f"task {task_id!r} of run {run_id!r} is mapped: give --map-index, one of "
-                f"{indexes[0]} to {indexes[-1]}"
-                if map_index == -1
-                else f"task {task_id!r} of run {run_id!r} has no map index {map_index}; it has "
-                f"{indexes[0]} to {indexes[-1]}"
-            )
-        if indexes and map_index != -1:
-            raise NotFound(
-                f"task {task_id!r} of run {run_id!r} is not mapped: leave out --map-index"
-            )
-        raise unknown_task(session, dag_id, run_id, task_id)
-    return ti
 
 
 def _locked_run(session, dag_id: str, run_id: str) -> DagRun:
@@ -84,13 +53,15 @@ class Cleared(list):
     purge_failures: list[str]
 
 
-def clear(dag_id: str, run_id: str, task_ids: list[str]) -> Cleared:
+def clear(dag_id: str, run_id: str, task_ids: list[str], map_index: int | None = None) -> Cleared:
     """Make task instances run again: XComs removed, tries start over.
 
     A running one becomes ``restarting``: its supervisor sees the change within one
     heartbeat, stops the task process and only then sets ``none``, so that the next
-    try never runs beside the old one. The others become ``none`` at once. Values an
-    XCom backend kept elsewhere are deleted once the rows are (through a helper).
+    try never runs beside the old one. The others become ``none`` at once. A mapped
+    task is cleared whole and expands again (see :func:`clear_task`), or only its
+    instance ``map_index``. Values an XCom backend kept elsewhere are deleted once the
+    rows are (through a helper).
     """
     from spawnflow.bootstrap import settings as settings_module
     from spawnflow.services import xcoms
@@ -102,18 +73,62 @@ def clear(dag_id: str, run_id: str, task_ids: list[str]) -> Cleared:
         run = _locked_run(session, dag_id, run_id)
         document = bag.get(session, dag_id)
         for task_id in task_ids:
-            ti = _task_instance(session, dag_id, run_id, task_id)
+            if map_index is None:
+                rows = _task_rows(session, run, task_id)
+            else:
+                rows = [find_task_instance(session, dag_id, run_id, task_id, map_index=map_index)]
             if document is not None and task_id not in document.task_ids:
                 raise UserError(
                     f"task {task_id!r} is no longer in Dag {dag_id!r}; it cannot run again"
                 )
             retries = document.task(task_id).retries if document else 0
-            stored += clear_task_instance(session, run, ti, retries)
-            cleared.append(task_id)
+            stored += clear_task(session, run, rows, retries, whole=map_index is None)
+            cleared.append(task_id if map_index is None else f"{task_id}[{map_index}]")
         if run.state in DagRunState.FINISHED:
             run.state, run.end_date = DagRunState.QUEUED, None
     cleared.purge_failures = xcoms.purge(settings_module.current(), stored)
     return cleared
+
+
+def _task_rows(session, run: DagRun, task_id: str) -> list[TaskInstance]:
+    """Every task instance of ``task_id`` in ``run`` (a mapped task's instances), locked."""
+    rows = list(session.scalars(
+        select(TaskInstance)
+        .where(TaskInstance.dag_run_id == run.id, TaskInstance.task_id == task_id)
+        .order_by(TaskInstance.map_index)
+        .with_for_update()
+    ))  # fmt: skip
+    if not rows:
+        raise unknown_task(session, run.dag_id, run.run_id, task_id)
+    return rows
+
+
+def clear_task(session, run: DagRun, rows: list[TaskInstance], retries: int,
+               whole: bool = True) -> list:  # fmt: skip
+    """Clear the task instances ``rows`` of one task in ``run`` (see :func:`clear`).
+
+    When ``whole`` and they are a mapped task's instances, the task expands again, as
+    Airflow's does, because its upstream tasks may now return a list of another length:
+    instance 0 goes back to being the task's one unexpanded row (map index -1), the
+    others become ``removed``. The scheduler's expansion takes the removed rows back for
+    the indexes the new list has, so their try numbers, and their logs, go on. A running
+    instance is ``restarting`` as any other (its next try never runs beside the one
+    being stopped); the expansion removes it if the new list is shorter.
+    Returns the values an XCom backend kept elsewhere, for
+    :func:`spawnflow.services.xcoms.purge` once the session committed.
+    """
+    stored: list = []
+    for ti in rows:
+        stored += clear_task_instance(session, run, ti, retries)
+    if whole and any(ti.map_index >= 0 for ti in rows):
+        for ti in rows:
+            if ti.map_index == 0:
+                ti.map_index = -1
+            elif ti.state == TaskState.NONE:  # a restarting one is released first
+                ti.state, ti.end_date = TaskState.REMOVED, runs.utcnow()
+                ti.reason = "its mapped task was cleared and expands again"
+        session.flush()  # -1 taken before anything else reads the task's rows
+    return stored
 
 
 def clear_task_instance(session, run: DagRun, ti: TaskInstance, retries: int) -> list:
@@ -134,11 +149,12 @@ def clear_task_instance(session, run: DagRun, ti: TaskInstance, retries: int) ->
     return stored
 
 
-def mark_failed(dag_id: str, run_id: str, task_id: str) -> str:
-    """Fail a task instance now; if it runs, its supervisor stops it within one heartbeat."""
+def mark_failed(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """Fail a task instance (instance ``map_index`` of a mapped task) now; if it runs,
+    its supervisor stops it within one heartbeat."""
     with orm.session_scope() as session:
         _locked_run(session, dag_id, run_id)
-        ti = _task_instance(session, dag_id, run_id, task_id)
+        ti = find_task_instance(session, dag_id, run_id, task_id, map_index=map_index)
         previous = ti.state
         ti.state, ti.reason, ti.end_date = (
             TaskState.FAILED,
@@ -156,7 +172,7 @@ def log_path(settings: Settings, dag_id: str, run_id: str, task_id: str, attempt
     (``latest``, a prefix, the log folder's name)."""
     with orm.session_scope(write=False) as session:
         run_id = resolve_run_id(session, dag_id, run_id)  # the folder is the real id's
-        ti = _task_instance(session, dag_id, run_id, task_id, lock=False, map_index=map_index)
+        ti = find_task_instance(session, dag_id, run_id, task_id, lock=False, map_index=map_index)
         number = attempt or ti.try_number
         state, tries = ti.state, ti.try_number
     if number < 1:

@@ -18,7 +18,7 @@ from spawnflow.bootstrap.settings import Settings
 from spawnflow.comms.xcoms import LoadXCom, PurgeXCom, XComRef
 from spawnflow.models.run import DagRun, TaskInstance, XCom
 from spawnflow.sdk import xcom
-from spawnflow.services.records import NotFound, get_run, unknown_task
+from spawnflow.services.records import NotFound, get_run, task_instance, unknown_task
 from spawnflow.xcoms.dispatch import PURGE_TRIES
 
 
@@ -89,11 +89,17 @@ def list_xcoms(settings: Settings, dag_id: str, run_id: str, task_id: str | None
     return entries
 
 
-def get_xcom(settings: Settings, dag_id: str, run_id: str, task_id: str, key: str) -> XComEntry:
-    """One XCom, resolved; NotFound if the task never pushed ``key``."""
-    found = list_xcoms(settings, dag_id, run_id, task_id, key)
+def get_xcom(settings: Settings, dag_id: str, run_id: str, task_id: str, key: str,
+             map_index: int = -1) -> XComEntry:  # fmt: skip
+    """One XCom (of instance ``map_index`` of a mapped task), resolved; NotFound if the
+    task never pushed ``key``, or, in one sentence naming the indexes, if ``map_index``
+    is not one of the task's."""
+    task_instance(dag_id, run_id, task_id, map_index)  # the task is (or is not) mapped
+    found = [entry for entry in list_xcoms(settings, dag_id, run_id, task_id, key)
+             if entry.map_index == map_index]  # fmt: skip
     if not found:
-        raise NotFound(f"task {task_id!r} of run {run_id!r} of Dag {dag_id!r} has no XCom {key!r}")
+        which = f"task {task_id!r}" + (f" [{map_index}]" if map_index >= 0 else "")
+        raise NotFound(f"{which} of run {run_id!r} of Dag {dag_id!r} has no XCom {key!r}")
     return found[0]
 
 

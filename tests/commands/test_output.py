@@ -120,8 +120,8 @@ def test_xcom_get_prints_the_value_typed_as_one_object(one_run, database_url, ou
 
     got = shown(one_run, "xcom", "get", "listed", "r1", "only", output=output)
 
-    assert got == {"task_id": "only", "key": "return_value", "stored_in": "database",
-                   "error": None, "value": {
+    assert got == {"task_id": "only", "map_index": -1, "key": "return_value",
+                   "stored_in": "database", "error": None, "value": {
         "when": "2026-01-02T03:04:05Z", "pair": [1, 2], "tags": ["a", "b"], "raw": "AAE=",
         "amount": "1.10", "id": "00000000-0000-0000-0000-000000000001", "took": 90.0,
         "day": "2026-01-02",

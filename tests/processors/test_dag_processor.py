@@ -323,6 +323,7 @@ def test_tags_and_schedules_are_stored_for_listing(
         "example_command": ("0 6 * * 1-5", ["example"]),
         "example_fan_out_in": ("6:00:00", ["example"]),
         "example_branching": ("@daily", ["example"]),
+        "example_mapping": ("@daily", ["example"]),
     }
 
 

@@ -31,3 +31,18 @@ def test_every_example_dag_runs_and_parses_alike_under_every_method(spawnflow_en
 
     spawnflow_env.run_dag(name).assert_succeeded()
     spawnflow_env.check_dag_file(path, parse_only=True)
+
+
+def test_example_mapping_gives_each_instance_its_result(spawnflow_env):
+    spawnflow_env.add_dag_file("example_mapping", (EXAMPLES / "example_mapping.py").read_text())
+
+    result = spawnflow_env.run_dag("example_mapping")
+
+    result.assert_succeeded()
+    counted = result["count_rows"]
+    assert len(counted) == 3
+    assert counted.return_value == [9, 12, 11]  # len(path) - 1 header line
+    assert [counted[i].map_index for i in range(3)] == [0, 1, 2]
+    assert "task started" in counted[1].log
+    assert result["total"].return_value == 32
+    assert result["announce"][1].return_value == "customers 2"

@@ -99,10 +99,17 @@ def test_standalone_runs_the_example_dags_until_idle(start_method, home, tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     last = done.stdout.splitlines()[-1]
-    assert last == "Done: every due Dag run has finished: 4 succeeded, 0 failed."
+    assert last == "Done: every due Dag run has finished: 5 succeeded, 0 failed."
     states = dict(query(url, "SELECT dag_id, state FROM dag_run"))
     assert states == {"example_etl": "success", "example_command": "success",
-                      "example_fan_out_in": "success", "example_branching": "success"}  # fmt: skip
+                      "example_fan_out_in": "success", "example_branching": "success",
+                      "example_mapping": "success"}  # fmt: skip
+    mapped = query(
+        url,
+        "SELECT map_index, state FROM task_instance WHERE task_id = 'count_rows' "
+        "AND dag_id = 'example_mapping' ORDER BY map_index",
+    )
+    assert [tuple(row) for row in mapped] == [(0, "success"), (1, "success"), (2, "success")]
     # The branch followed one task group (by the logical date's weekday) and skipped the
     # other; the report after them ran (trigger rule none_failed_min_one_success).
     branching = query(url, "SELECT task_id, state FROM task_instance "

@@ -18,7 +18,7 @@ DAGS = """
 import os
 import time
 from pathlib import Path
-from spawnflow import Dag, PythonTask
+from spawnflow import Dag, PythonTask, task
 
 LOG = Path({log!r})
 
@@ -47,6 +47,24 @@ with Dag("pooled", max_active_tasks=16):
 with Dag("ranked", max_active_tasks=16):
     for name, weight in (("light", 1), ("heavy", 10), ("middle", 5), ("heaviest", 20)):
         PythonTask(name, work, op_args=[name], pool="one", priority_weight=weight)
+
+
+with Dag("mapped", max_active_tasks=16):
+
+    @task
+    def listing():
+        return [f"m{{n}}" for n in range(10)]
+
+    @task(max_active_tis_per_dag=2)
+    def element(name):
+        work(name)
+        return name
+
+    @task
+    def gather(names):
+        mark("gathered " + ",".join(names))
+
+    gather(element.expand(name=listing()))
 """
 
 
@@ -61,8 +79,9 @@ def most_at_once(lines: list[str]) -> int:
     """The most tasks between their start and end marks at any point of the log."""
     running, most = 0, 0
     for line in lines:
-        running += 1 if line.startswith("start ") else -1
-        most = max(most, running)
+        if line.startswith(("start ", "end ")):
+            running += 1 if line.startswith("start ") else -1
+            most = max(most, running)
     return most
 
 
@@ -104,6 +123,25 @@ def test_two_schedulers_never_run_more_tasks_of_a_pool_than_its_slots(
     ]  # each ran, once
     assert 1 <= most_at_once(lines) <= 2, lines
     assert query(url, "SELECT DISTINCT pool, pool_slots FROM task_instance") == [("two", 1)]
+
+
+@pytest.mark.parametrize("server", ["postgres", "mysql"])
+def test_two_schedulers_expand_a_mapped_task_once_and_bound_its_running_instances(
+    server, start_method, home, tmp_path, testrun_uid, worker_id
+):
+    url = _server_database(server, f"spawnflow_test_{testrun_uid[:10]}_{worker_id}")
+    env, log = prepared(home, start_method, tmp_path, url)
+
+    run_with_schedulers(env, url, "mapped", count=2)
+
+    lines = log.read_text().splitlines()
+    started = [line.split()[1] for line in lines if line.startswith("start ")]
+    assert sorted(started) == sorted(f"m{n}" for n in range(10))  # each element ran, once
+    assert 1 <= most_at_once(lines) <= 2, lines  # max_active_tis_per_dag=2, across both
+    assert lines[-1] == "gathered " + ",".join(f"m{n}" for n in range(10))  # in order
+    indexes = query(url, "SELECT map_index FROM task_instance WHERE task_id = 'element' "
+                         "ORDER BY map_index")  # fmt: skip
+    assert [row[0] for row in indexes] == list(range(10))
 
 
 def test_a_one_slot_pool_runs_the_heaviest_task_first(start_method, home, tmp_path):

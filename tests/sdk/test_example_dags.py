@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spawnflow.sdk import building, dags
+from spawnflow.sdk import building, dags, mapping
 from spawnflow.sdk.tasks import CommandTask
 
 EXAMPLES = Path(dags.__file__).parents[1] / "example_dags"
@@ -37,8 +37,13 @@ def commands_of(path: Path) -> list[str]:
         for task in dag.task_dict.values():
             if isinstance(task, CommandTask):
                 command = task.command
-                # A @task.command builds its command from upstream values: try one.
-                found.append(command if isinstance(command, str) else command("3"))
+                if isinstance(command, str):
+                    found.append(command)
+                elif task.expand_input is not None:  # mapped: each literal element's
+                    expanded = task.expand_input.to_json(convert=lambda value: value)
+                    found += [command(**kwargs) for kwargs in mapping.elements(expanded, {})]
+                else:  # a @task.command builds its command from upstream values: try one
+                    found.append(command("3"))
     return found
 
 
