@@ -113,6 +113,7 @@ def run_task(channel, workload: Workload) -> None:
         task = _find_task(workload)
         logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
         channel.send(TaskStarting())
+        _take_mapped(task, channel, workload.map_index)
         context["templates_dict"] = _render_templates(task, context)
         _call_back(task, "on_execute_callback")
         result = _resume(task, workload) if resuming else _execute(task, channel, workload)
@@ -224,6 +225,7 @@ def render_task(channel, workload: Workload) -> None:
     try:
         task = _find_task(workload)
         channel.send(TaskStarting())
+        _take_mapped(task, channel, max(workload.map_index, 0))  # a mapped one: its first
         renderer = templates.Renderer(task, context)
         renderer.render_fields()
         shown = {}
@@ -266,7 +268,8 @@ def _execute(task: Task, channel, workload: Workload) -> Any:
     if isinstance(task, PythonTask | CommandTask):
         args = [_resolve(value, channel) for value in task.op_args]
         kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
-        kwargs.update(_element(task, channel, workload.map_index))
+        if not _maps_attributes(task):
+            kwargs.update(_element(task, channel, workload.map_index))
     if isinstance(task, PythonTask):
         return _call_with_context(task.python_callable, args, kwargs)
     if isinstance(task, CommandTask):
@@ -294,6 +297,22 @@ def _element(task: Task, channel, map_index: int) -> dict[str, Any]:
         return mapping.element_kwargs(task, map_index, lambda source: _resolve(source, channel))
     except (ValueError, IndexError) as error:
         raise TaskFailed(str(error)) from None
+
+
+def _maps_attributes(task: Task) -> bool:
+    """Whether ``task`` is a task class's mapped task (``CommandTask.partial(...)``),
+    whose elements set attributes rather than give arguments."""
+    return task.expand_input is not None and task.expand_input.attributes
+
+
+def _take_mapped(task: Task, channel, map_index: int) -> None:
+    """A task class's mapped instance: its element's values set on the task, before its
+    templates are rendered; TaskFailed, in one sentence, for values it cannot take."""
+    if _maps_attributes(task):
+        try:
+            task.take_mapped(_element(task, channel, map_index))
+        except ValueError as error:
+            raise TaskFailed(str(error)) from None
 
 
 def _render_templates(task: Task, context: dict[str, Any]) -> Any:

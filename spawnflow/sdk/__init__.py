@@ -5,7 +5,7 @@ from spawnflow.sdk.branching import BranchTask, ShortCircuitTask
 from spawnflow.sdk.connections import Connection
 from spawnflow.sdk.dags import Dag, dag
 from spawnflow.sdk.groups import TaskGroup, task_group
-from spawnflow.sdk.mapping import Partial, TaskFunction
+from spawnflow.sdk.mapping import Partial, TaskFunction, TaskPartial
 from spawnflow.sdk.partitions import CustomMapper, DayToMonth, DayToWeek, HourToDay, Identity
 from spawnflow.sdk.runtime import (
     Variable,
@@ -67,6 +67,7 @@ __all__ = [
     "TaskDeferred",
     "TaskFunction",
     "TaskGroup",
+    "TaskPartial",
     "TimeDeltaTrigger",
     "TriggerEvent",
     "TriggerRule",

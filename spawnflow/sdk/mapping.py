@@ -27,7 +27,14 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from spawnflow.sdk.tasks import DagDefinitionError, Task, XComArg, set_task_function, to_json
+from spawnflow.sdk.tasks import (
+    DagDefinitionError,
+    Task,
+    XComArg,
+    set_task_function,
+    set_task_partial,
+    to_json,
+)
 
 EXPAND = "expand"
 EXPAND_KWARGS = "expand_kwargs"
@@ -43,10 +50,14 @@ class ExpandInput:
         kind: str,
         mapped: dict[str, Sequence[Any] | XComArg] | None = None,
         kwargs_list: Sequence[dict[str, Any]] | XComArg | None = None,
+        attributes: bool = False,
     ):
         self.kind = kind
         self.mapped = dict(mapped or {})
         self.kwargs_list = kwargs_list
+        #: Each element sets attributes of a task class's instance (``TaskPartial``)
+        #: rather than giving a ``@task`` function its arguments.
+        self.attributes = attributes
 
     def sources(self) -> list[XComArg]:
         """The upstream outputs the expansion needs."""
@@ -57,9 +68,14 @@ class ExpandInput:
     def to_json(self, convert: Callable[[Any], Any] = to_json) -> dict[str, Any]:
         """The serialized form; with ``convert`` that keeps values, the form
         :func:`elements` reads in the task process, literal values unconverted."""
-        if self.kind == EXPAND:
-            return {"kind": EXPAND, "mapped": {k: convert(v) for k, v in self.mapped.items()}}
-        return {"kind": EXPAND_KWARGS, "value": convert(self.kwargs_list)}
+        found: dict[str, Any] = (
+            {"kind": EXPAND, "mapped": {k: convert(v) for k, v in self.mapped.items()}}
+            if self.kind == EXPAND
+            else {"kind": EXPAND_KWARGS, "value": convert(self.kwargs_list)}
+        )
+        if self.attributes:
+            found["attributes"] = True
+        return found
 
 
 class TaskFunction:
@@ -127,21 +143,7 @@ class Partial:
             DagDefinitionError: no argument, an argument also given to ``partial``, or a
                 value that is neither a list nor a task's output.
         """
-        name = self._function.__name__
-        if not mapped:
-            raise _error(name, "expand() needs at least one keyword argument to map over")
-        for key, value in mapped.items():
-            if key in self._fixed:
-                raise _error(name, f"argument {key!r} is given to both partial() and expand()")
-            if not isinstance(value, XComArg | list | tuple):
-                raise _error(
-                    name,
-                    f"expand() argument {key!r} must be a list or a task's output, "
-                    f"not {type(value).__name__} {value!r}",
-                )
-        expand_input = ExpandInput(
-            EXPAND, mapped={k: v if isinstance(v, XComArg) else list(v) for k, v in mapped.items()}
-        )
+        expand_input = _expand_input(self._function.__name__, self._fixed, mapped)
         return self._function._create((), self._fixed, expand_input).output
 
     def expand_kwargs(self, kwargs_list: Any) -> XComArg:
@@ -152,20 +154,86 @@ class Partial:
             DagDefinitionError: a value that is neither a list of dicts with string keys
                 nor a task's output.
         """
-        name = self._function.__name__
-        if not isinstance(kwargs_list, XComArg):
-            if not isinstance(kwargs_list, list | tuple) or not all(
-                isinstance(item, dict) and all(isinstance(key, str) for key in item)
-                for item in kwargs_list
-            ):
-                raise _error(
-                    name,
-                    "expand_kwargs() takes a list of dicts of keyword arguments or a "
-                    f"task's output, not {type(kwargs_list).__name__} {kwargs_list!r}",
-                )
-            kwargs_list = [dict(item) for item in kwargs_list]
-        expand_input = ExpandInput(EXPAND_KWARGS, kwargs_list=kwargs_list)
+        expand_input = _expand_kwargs_input(self._function.__name__, kwargs_list)
         return self._function._create((), self._fixed, expand_input).output
+
+
+class TaskPartial:
+    """A task class with some arguments fixed, ``task_id`` among them, waiting for
+    ``expand`` or ``expand_kwargs``: Airflow's mapping of classic operators, as in
+    ``CommandTask.partial(task_id="greet").expand(command=["echo hi", "echo ho"])``.
+    Only the arguments the class lists in ``mappable`` can be mapped; each instance's
+    task process sets its element's values as the task's attributes before rendering
+    its templates (:meth:`spawnflow.sdk.tasks.Task.take_mapped`)."""
+
+    def __init__(self, task_class: type[Task], fixed: dict[str, Any]):
+        self._class, self._fixed = task_class, dict(fixed)
+        name = task_class.__name__
+        if not isinstance(self._fixed.get("task_id"), str):
+            raise _error(name, f"{name}.partial() needs task_id=, the mapped task's id")
+        if not task_class.mappable:
+            raise _error(name, f"{name} cannot be mapped; map a @task function instead")
+
+    def expand(self, **mapped: Any) -> XComArg:
+        """The mapped task, one instance per element (the cross product, for several
+        arguments), over arguments the class lists in ``mappable``."""
+        name = self._fixed["task_id"]
+        unknown = sorted(set(mapped) - set(self._class.mappable))
+        if unknown:
+            raise _error(name, f"{self._class.__name__} cannot map {unknown[0]!r}; it maps "
+                               + ", ".join(self._class.mappable))  # fmt: skip
+        expand_input = _expand_input(name, self._fixed, mapped, attributes=True)
+        return self._create(expand_input)
+
+    def expand_kwargs(self, kwargs_list: Any) -> XComArg:
+        """The mapped task, one instance per dict of mapped arguments."""
+        expand_input = _expand_kwargs_input(self._fixed["task_id"], kwargs_list, attributes=True)
+        return self._create(expand_input)
+
+    def _create(self, expand_input: ExpandInput) -> XComArg:
+        stand_ins = {k: v for k, v in self._class.mappable.items() if k not in self._fixed}
+        created = self._class(**{**stand_ins, **self._fixed})
+        created.expand_input = expand_input
+        for source in expand_input.sources():
+            created.set_upstream(source.task)
+        return created.output
+
+
+set_task_partial(TaskPartial)
+
+
+def _expand_input(name: str, fixed: dict[str, Any], mapped: dict[str, Any],
+                  attributes: bool = False) -> ExpandInput:  # fmt: skip
+    """``expand(**mapped)``'s input, checked: DagDefinitionError naming the task."""
+    if not mapped:
+        raise _error(name, "expand() needs at least one keyword argument to map over")
+    for key, value in mapped.items():
+        if key in fixed:
+            raise _error(name, f"argument {key!r} is given to both partial() and expand()")
+        if not isinstance(value, XComArg | list | tuple):
+            raise _error(
+                name,
+                f"expand() argument {key!r} must be a list or a task's output, "
+                f"not {type(value).__name__} {value!r}",
+            )
+    mapped = {k: v if isinstance(v, XComArg) else list(v) for k, v in mapped.items()}
+    return ExpandInput(EXPAND, mapped=mapped, attributes=attributes)
+
+
+def _expand_kwargs_input(name: str, kwargs_list: Any, attributes: bool = False) -> ExpandInput:
+    """``expand_kwargs(kwargs_list)``'s input, checked: DagDefinitionError naming the task."""
+    if not isinstance(kwargs_list, XComArg):
+        if not isinstance(kwargs_list, list | tuple) or not all(
+            isinstance(item, dict) and all(isinstance(key, str) for key in item)
+            for item in kwargs_list
+        ):
+            raise _error(
+                name,
+                "expand_kwargs() takes a list of dicts of keyword arguments or a "
+                f"task's output, not {type(kwargs_list).__name__} {kwargs_list!r}",
+            )
+        kwargs_list = [dict(item) for item in kwargs_list]
+    return ExpandInput(EXPAND_KWARGS, kwargs_list=kwargs_list, attributes=attributes)
 
 
 def expand_json(task: Task) -> dict[str, Any] | None:

@@ -93,7 +93,9 @@ class Task(Linked):
     :class:`~spawnflow.sdk.assets.Asset` list the task updates.
 
     A ``@task`` function's ``partial``, ``expand`` and ``expand_kwargs`` make a mapped
-    task (see :mod:`spawnflow.sdk.mapping`); its ``expand_input`` says over what.
+    task (see :mod:`spawnflow.sdk.mapping`); its ``expand_input`` says over what. A task
+    class maps over the arguments it lists in ``mappable``:
+    ``CommandTask.partial(task_id="greet").expand(command=[...])``.
 
     Retries: a failed try is tried again ``retries`` times, ``retry_delay`` (a
     timedelta or seconds; 5 minutes by default) after it ended. With
@@ -121,6 +123,10 @@ class Task(Linked):
     #: A template field naming a file with one of these endings, next to the Dag file,
     #: is rendered from that file's content.
     template_ext: Sequence[str] = ()
+    #: The arguments ``partial(...).expand(...)`` may map this class over (each
+    #: instance's value becomes the attribute of that name in its task process), with
+    #: the stand-in the task is built with. None here: map ``@task`` functions instead.
+    mappable: dict[str, Any] = {}
 
     def __init__(
         self,
@@ -220,6 +226,25 @@ class Task(Linked):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.task_id}>"
+
+    @classmethod
+    def partial(cls, **fixed: Any) -> Any:
+        """The arguments every instance of a mapped task of this class shares, ``task_id``
+        among them; then ``expand(...)`` or ``expand_kwargs(...)`` over the arguments the
+        class lists in :attr:`mappable` (see :class:`spawnflow.sdk.mapping.TaskPartial`)."""
+        return _task_partial[0](cls, fixed)
+
+    def take_mapped(self, values: dict[str, Any]) -> None:
+        """In the task process of a mapped instance: its element's ``values``, set as
+        attributes. ValueError, in one sentence, for one this class does not map or of
+        the wrong kind."""
+        for name, value in values.items():
+            if name not in self.mappable:
+                known = ", ".join(self.mappable) or "nothing"
+                raise ValueError(
+                    f"{type(self).__name__} {self.task_id!r} cannot map {name!r}; it maps {known}"
+                )
+            setattr(self, name, value)
 
     # -- dependencies ---------------------------------------------------------------
 
@@ -324,6 +349,8 @@ class CommandTask(Task):
     kind = "command"
     template_fields = ("command", "env", "cwd")
     template_ext = (".sh", ".bash")
+    #: The command a mapped instance is built with is never run: its element's is.
+    mappable = {"command": "(set by each mapped instance)", "env": {}, "cwd": None}
 
     def __init__(self, task_id: str, command: str | Callable[..., str], *,
                  env: dict[str, str] | None = None, cwd: str | None = None,
@@ -338,6 +365,17 @@ class CommandTask(Task):
         self.cwd = cwd
         super().__init__(task_id, **kwargs)
         self._take_arguments(op_args, op_kwargs)
+
+    def take_mapped(self, values: dict[str, Any]) -> None:
+        super().take_mapped(values)
+        if not (isinstance(self.command, str) and self.command.strip()):
+            raise ValueError(f"the mapped command is {self.command!r}, not a non-empty string")
+        if not isinstance(self.env, dict) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in self.env.items()
+        ):
+            raise ValueError(f"the mapped env is {self.env!r}, not a dict of strings")
+        if self.cwd is not None and not isinstance(self.cwd, str):
+            raise ValueError(f"the mapped cwd is {self.cwd!r}, not a string")
 
     def arguments(self) -> dict[str, Any]:
         command = self.command
@@ -372,6 +410,15 @@ _task_function: list[Callable[..., Any]] = []
 def set_task_function(factory: Callable[..., Any]) -> None:
     """Make ``@task`` return ``factory(task_factory, function, settings, free_id)``."""
     _task_function[:] = [factory]
+
+
+#: What ``Task.partial`` returns: spawnflow.sdk.mapping.TaskPartial, set by that module.
+_task_partial: list[Callable[..., Any]] = []
+
+
+def set_task_partial(factory: Callable[..., Any]) -> None:
+    """Make ``TaskClass.partial(**fixed)`` return ``factory(TaskClass, fixed)``."""
+    _task_partial[:] = [factory]
 
 
 class _TaskDecorator:

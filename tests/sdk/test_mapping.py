@@ -3,9 +3,11 @@ task keeps of them, and how the elements are made from it."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from spawnflow import Dag, DagDefinitionError, task
+from spawnflow import CommandTask, Dag, DagDefinitionError, PythonTask, task
 from spawnflow.sdk import mapping, serialize
 
 
@@ -167,3 +169,45 @@ def test_the_round_trip_keeps_the_expansion():
     again = serialize.decode(serialize.encode(document))
     assert again == document
     assert again.dag.task("add").expand == document.dag.task("add").expand
+
+
+def test_a_command_task_class_maps_over_its_command_env_and_cwd():
+    with Dag("classic") as built:
+        CommandTask.partial(task_id="greet", env={"X": "1"}).expand(command=["echo a", "echo b"])
+        CommandTask.partial(task_id="each").expand_kwargs(
+            [{"command": "echo c", "cwd": "/tmp"}, {"command": "echo d", "env": {"Y": "2"}}]
+        )
+        CommandTask.partial(task_id="over").expand(command=numbers())
+    stored = serialize.serialize(built)
+    assert stored.task("greet").expand == {
+        "kind": "expand", "mapped": {"command": ["echo a", "echo b"]}, "attributes": True
+    }  # fmt: skip
+    assert stored.task("greet").arguments["env"] == {"X": "1"}
+    assert stored.task("each").expand["kind"] == "expand_kwargs"
+    assert stored.task("over").upstream == ["numbers"]
+
+    greet = built.task_dict["greet"]
+    greet.take_mapped({"command": "echo b"})
+    assert (greet.command, greet.env) == ("echo b", {"X": "1"})
+    with pytest.raises(ValueError, match="CommandTask 'greet' cannot map 'shell'; it maps"):
+        greet.take_mapped({"shell": "bash"})
+    with pytest.raises(ValueError, match="the mapped command is 3, not a non-empty string"):
+        greet.take_mapped({"command": 3})
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: CommandTask.partial(env={}).expand(command=["x"]),
+         "CommandTask.partial() needs task_id="),
+        (lambda: PythonTask.partial(task_id="p").expand(op_args=[[1]]),
+         "PythonTask cannot be mapped; map a @task function instead"),
+        (lambda: CommandTask.partial(task_id="c").expand(shell=["sh"]),
+         "CommandTask cannot map 'shell'; it maps command, env, cwd"),
+        (lambda: CommandTask.partial(task_id="c").expand(command="x"),
+         "expand() argument 'command' must be a list or a task's output"),
+    ],
+)  # fmt: skip
+def test_a_task_class_mapped_wrongly_is_a_definition_error(build, message):
+    with Dag("wrong"), pytest.raises(DagDefinitionError, match=re.escape(message)):
+        build()
