@@ -41,8 +41,46 @@ EXIT_MEANINGS = {
     EXIT_ORPHANED: "parent died",
 }
 
+
+class StopRequest:
+    """An event (``threading.Event``'s ``set``, ``is_set``, ``clear``, ``wait``) that a
+    signal handler may set.
+
+    ``threading.Event`` guards its flag with a plain lock, which its ``wait`` holds on
+    its way in and out. A signal handled in the main thread while the main thread is
+    there (a target looping on ``stop_requested.wait(0.5)`` is there every half second)
+    would block on that lock forever in ``set``: the handler runs on the stack of the
+    thread that holds it. Seen as a child that ignored a warm stop under load and was
+    killed after its grace period. Here the lock is reentrant, so the handler takes it
+    again.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.RLock())
+        self._flag = False
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        with self._changed:
+            self._flag = True
+            self._changed.notify_all()
+
+    def clear(self) -> None:
+        with self._changed:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the flag is set, once it is or ``timeout`` seconds passed."""
+        with self._changed:
+            if not self._flag:
+                self._changed.wait(timeout)
+            return self._flag
+
+
 #: Set once a warm stop was requested.
-stop_requested = threading.Event()
+stop_requested = StopRequest()
 #: The signal that asked for the first stop, if a signal did.
 _stop_signal: int | None = None
 _deferred = False
@@ -265,7 +303,7 @@ class _ControlWatch:
 
 def _after_fork_in_child() -> None:
     global stop_requested, _deferred, _unwinding, _now, _control_interrupts, _stop_signal
-    stop_requested = threading.Event()
+    stop_requested = StopRequest()
     _deferred = _unwinding = _now = False
     _stop_signal = None
     _control_interrupts = 0

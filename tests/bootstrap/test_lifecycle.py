@@ -4,6 +4,8 @@ process: the handlers are called directly, no signal is sent)."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -14,7 +16,7 @@ from spawnflow.bootstrap import lifecycle
 @pytest.fixture
 def fresh(monkeypatch):
     """lifecycle's state as a child's is before any request; restored afterwards."""
-    monkeypatch.setattr(lifecycle, "stop_requested", threading.Event())
+    monkeypatch.setattr(lifecycle, "stop_requested", lifecycle.StopRequest())
     for name, value in (("_deferred", False), ("_unwinding", False), ("_now", False),
                         ("_stop_signal", None)):  # fmt: skip
         monkeypatch.setattr(lifecycle, name, value)
@@ -43,3 +45,41 @@ def test_stopping_children_while_unwinding_leaves_it_unwinding(fresh):
         pass
     fresh._on_stop_request(signal.SIGTERM, None)  # a second request: cold, no raise
     assert fresh.now_requested()
+
+
+#: A stop request handled while the main thread holds the event's lock, as it does on
+#: its way into and out of every ``stop_requested.wait(0.5)`` of a target's loop.
+SIGNAL_WHILE_WAITING = """
+import signal
+from spawnflow.bootstrap import lifecycle
+
+event = lifecycle.StopRequest()
+signal.signal(signal.SIGTERM, lambda signum, frame: event.set())
+with event._changed:  # where wait() is between its lock and its condition
+    signal.raise_signal(signal.SIGTERM)  # the handler runs here, on this stack
+    handled = True
+print(event.is_set(), event.wait(0))
+"""
+
+
+def test_a_signal_handler_can_set_the_stop_event_while_the_main_thread_holds_its_lock():
+    """With threading.Event this hangs: set() waits on the lock its own thread holds.
+    In a process of its own, so that such a hang fails this test only."""
+    done = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_WAITING], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True"]
+
+
+def test_the_stop_event_wakes_a_waiting_thread_and_can_be_cleared():
+    event = lifecycle.StopRequest()
+    assert not event.is_set()
+    assert event.wait(0) is False
+    woken: list[bool] = []
+    waiter = threading.Thread(target=lambda: woken.append(event.wait(None)))
+    waiter.start()
+    event.set()
+    waiter.join(timeout=60)
+    assert woken == [True]
+    event.clear()
+    assert not event.is_set()

@@ -123,8 +123,10 @@ def test_a_waker_ends_a_wait_on_children_from_another_thread(start_method, make_
     make_settings()
     watch = Watch()
     child = launch(ChildSpec("test-child", f"{TARGETS}:wait_quietly"), method=start_method)
-    watch.add(child)
-    assert watch.until(lambda: watch.watched[0].ready, timeout=120)
+    said: list = []
+    watch.add(child, on_message=lambda watched, message: said.append(message))
+    # Its one message read (under load it can come after Ready): from now on it is quiet.
+    assert watch.until(lambda: said, timeout=120)
     waker = watch.waker()
     try:
         thread = threading.Thread(target=waker.wake)
