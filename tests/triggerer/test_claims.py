@@ -43,7 +43,10 @@ def test_two_triggerers_claim_disjoint_triggers_and_each_task_resumes_once(
         schedule_until(settings, run_ids, every_trigger_is_claimed)
         holders = Counter(row.triggerer_id for row in trigger_rows())
         (gates / "open").write_text("")
-        schedule_until(settings, run_ids, lambda: all(harness.finished(r) for r in run_ids))
+        try:
+            schedule_until(settings, run_ids, lambda: all(harness.finished(r) for r in run_ids))
+        except AssertionError as stuck:  # say where each task and trigger was
+            raise AssertionError(f"{stuck}: {_where_things_are(run_ids, settings)}") from None
     finally:
         for triggerer in triggerers:
             triggerer.stop(grace=5)
@@ -64,3 +67,14 @@ def test_two_triggerers_claim_disjoint_triggers_and_each_task_resumes_once(
         waits = task_instance(run_id, "waits")
         assert (waits.state, waits.try_number) == ("success", 1), waits.reason
     assert len(marks_of(marks, "waits-resumed")) == RUNS
+
+
+def _where_things_are(run_ids: set[int], settings) -> str:
+    """The tasks' states and reasons, the trigger rows' holders, and the end of the
+    trigger runners' log: what a test that timed out shows."""
+    tasks = [(ti.state, ti.try_number, ti.reason)
+             for ti in (task_instance(r, "waits") for r in sorted(run_ids))]  # fmt: skip
+    triggers = [(row.id, row.triggerer_id) for row in trigger_rows()]
+    runner_log = settings.logging.base_log_folder / "trigger-runner.log"
+    events = [(e.get("event"), e.get("trigger_id"), e.get("pid")) for e in log_events(runner_log)]
+    return f"tasks {tasks}; triggers {triggers}; last runner events {events[-12:]}"
