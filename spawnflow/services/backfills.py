@@ -265,7 +265,7 @@ def _decide(session, request: Request, intervals: list[timetable.Interval],
 def _write(session, plan: Plan, request: Request, document: serialize.SerializedDag,
            intervals: list[timetable.Interval], now: dt.datetime) -> list:  # fmt: skip
     """Write the backfill and its runs; the XCom values of cleared runs to purge."""
-    from spawnflow.services.runs import clear_task_instance
+    from spawnflow.services.runs import clear_task
 
     conf = json.dumps(request.conf)
     backfill = Backfill(
@@ -293,13 +293,16 @@ def _write(session, plan: Plan, request: Request, document: serialize.Serialized
                 .with_for_update()
             )  # fmt: skip
             assert run is not None  # read in this transaction, and runs are never deleted
+            by_task: dict[str, list[TaskInstance]] = {}
             for ti in session.scalars(
-                select(TaskInstance).where(TaskInstance.dag_run_id == run.id).with_for_update()
-            ):
-                if ti.task_id in document.task_ids:  # a task gone from the Dag stays as it was
-                    stored += clear_task_instance(
-                        session, run, ti, document.task(ti.task_id).retries
-                    )
+                select(TaskInstance).where(TaskInstance.dag_run_id == run.id)
+                .order_by(TaskInstance.map_index).with_for_update()
+            ):  # fmt: skip
+                by_task.setdefault(ti.task_id, []).append(ti)
+            for task_id, rows in by_task.items():
+                if task_id in document.task_ids:  # a task gone from the Dag stays as it was
+                    # A mapped task expands again, as `tasks clear` has it.
+                    stored += clear_task(session, run, rows, document.task(task_id).retries)
             # Its run type stays: a scheduled run is still the schedule's (the scheduler
             # goes on from its newest scheduled run).
             run.state, run.start_date, run.end_date = DagRunState.QUEUED, None, None
