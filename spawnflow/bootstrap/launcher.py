@@ -183,7 +183,7 @@ def launch(spec: ChildSpec, *, method: str | None = None, share_forkservers: boo
             writers,
             forkservers.handed_down(share_forkservers),
         ),
-        name=f"spawnflow-{spec.role}",
+        name=f"{startmethods.CHILD_NAME_PREFIX}{spec.role}",
         daemon=False,
     )
     try:

@@ -141,14 +141,48 @@ def release_forkserver() -> None:
         server._forkserver_alive_fd = None
 
 
+#: What the launcher names each child's process object: ``spawnflow-<role>``.
+CHILD_NAME_PREFIX = "spawnflow-"
+
+
 def context(method: str):
     """A ``multiprocessing`` context for ``method`` (never the library's default context)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context(check(method))
+    if method != "fork":
+        _keep_main_out_of_children()
     if method == "forkserver":
         _fit_forkserver_socket()  # before this process starts a server (forkservers.py)
     return ctx
+
+
+def _keep_main_out_of_children() -> None:
+    """Have spawned and forkserver children of the launcher skip the parent's ``__main__``.
+
+    multiprocessing tells such a child to run the parent's main script again, as
+    ``__mp_main__``, so that what the script defines can be unpickled there. A launcher
+    child enters through an import string (law 1) and needs none of it, but it paid for
+    the script's imports on every start (15 % of the samples of a spawn fan-out driven by
+    a benchmark script) and ran the top-level code of a script without an
+    ``if __name__ == "__main__"`` guard once per child. Only the launcher's children (by
+    their name) lose it; any other Process a user starts keeps the standard behaviour.
+    """
+    from multiprocessing import spawn
+
+    if getattr(spawn.get_preparation_data, "keeps_main_out", False):
+        return  # installed already (installing twice would only wrap twice)
+    original = spawn.get_preparation_data
+
+    def get_preparation_data(name: str) -> dict:
+        data = original(name)
+        if name.startswith(CHILD_NAME_PREFIX):
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+        return data
+
+    get_preparation_data.keeps_main_out = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
 
 
 #: What multiprocessing adds to its temporary folder for the forkserver's socket:

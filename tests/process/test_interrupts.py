@@ -13,22 +13,19 @@ from tests.oskit import press_ctrl_c, start_in_console
 
 pytestmark = pytest.mark.process
 
-# Run as a script. Under spawn the child runs it again as __mp_main__ while it boots,
-# still in the script's process group: there it waits until the test pressed Ctrl-C.
+# Run as a script. Under spawn and forkserver the child's spec holds its boot, before
+# it leads a group of its own, until the test pressed Ctrl-C (BootHold).
 SCRIPT = """
 import signal, sys, time
-from pathlib import Path
-PRESSED = Path({pressed!r})
-if __name__ == "__mp_main__":
-    while not PRESSED.exists():
-        time.sleep(0.01)
 if __name__ == "__main__":
+    from tests.fixtures.targets import BootHold
     from spawnflow.bootstrap import settings
     from spawnflow.bootstrap.launcher import ChildSpec, launch
     interrupts = []
     signal.signal(signal.SIGINT, lambda *_: interrupts.append(1))  # the top-level command's
     settings.install(settings.resolve())
-    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
+    held = {{"held_until": BootHold({pressed!r})}}
+    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly", held),
                    method={method!r})
     print("launched", child.pid, flush=True)
     child.wait_ready(timeout=120)

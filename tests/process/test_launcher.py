@@ -204,6 +204,44 @@ def test_a_launched_child_that_does_not_touch_the_database_never_imports_sqlalch
         assert heavy not in found["child"]
 
 
+#: A parent script whose top level notes each time it runs, and under which name.
+RUNS_ITS_TOP_LEVEL = """
+from pathlib import Path
+
+with open({marker!r}, "a") as marker:
+    marker.write(__name__ + "\\n")
+
+if __name__ == "__main__":
+    from spawnflow.bootstrap import settings
+    from spawnflow.bootstrap.launcher import ChildSpec, launch
+
+    settings.install(settings.resolve())
+    with launch(ChildSpec("test-child", "{targets}:exit_with", {{"code": 0}}),
+                method={method!r}) as child:
+        child.wait_ready()
+        print(child.join(timeout=60).exitcode)
+"""
+
+
+def test_a_child_does_not_run_its_parents_main_script_again(start_method, tmp_path):
+    """multiprocessing runs the parent's main script again, as ``__mp_main__``, in every
+    spawned and forkserver child; a launcher child enters through an import string and
+    skips it: no cost of the script's imports per child, and a script's top level that
+    has no ``__main__`` guard does not run once per child."""
+    marker = tmp_path / "runs"
+    script = tmp_path / "parent_script.py"
+    script.write_text(RUNS_ITS_TOP_LEVEL.format(marker=str(marker), targets=TARGETS,
+                                                method=start_method))  # fmt: skip
+    env = {**os.environ, "SPAWNFLOW_HOME": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]),
+                                          os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]
+    assert marker.read_text().split() == ["__main__"]
+
+
 def test_spec_refuses_live_objects_in_kwargs():
     import threading
 
