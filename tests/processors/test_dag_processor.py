@@ -465,15 +465,16 @@ def test_a_dag_that_moves_to_another_file_in_one_pass_follows_it(
     assert stored_dags()["moving"].is_active
 
 
-# Run as a script: under spawn each child runs it again as __mp_main__ while it boots.
+# Run as a script. Each child's settings carry a value whose unpickling takes two
+# seconds (BootDelay): under spawn, every parser's boot is that much slower.
 SLOW_BOOT_PASS = """
-import json, sys, time
-if __name__ == "__mp_main__":
-    time.sleep(2)  # a spawned child's boot, slowed: a busy machine, a slow disk
+import json, sys
 if __name__ == "__main__":
     from spawnflow.bootstrap import settings
     from spawnflow.processors.dag_processor.manager import DagFileProcessorManager
-    settings.install(settings.resolve())
+    from tests.fixtures.targets import BootDelay
+    slow = settings.Override("core.load_examples", "false", BootDelay("--slow-boot"))
+    settings.install(settings.resolve(overrides=[slow]))
     summary = DagFileProcessorManager(settings.current()).run(once=True)[0]
     print(json.dumps({"errors": summary.errors, "dags": summary.dags}))
 """
