@@ -9,7 +9,7 @@ import json
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from spawnflow.bootstrap import orm
 from spawnflow.bootstrap.errors import UserError
@@ -219,6 +219,32 @@ def test_a_run_again_is_cleared_queued_and_attached_keeping_its_type(daily):
         tis = session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run_id)).all()
         assert [(ti.state, ti.max_tries) for ti in tis] == [("none", 1), ("none", 1)]
         assert session.scalar(select(func.count()).select_from(XCom)) == 0
+
+
+def test_a_run_again_expands_its_mapped_task_again(daily):
+    """As ``tasks clear`` does (services.runs.clear_task): instance 0 goes back to the
+    task's one unexpanded row and the others are removed, for the scheduler to expand
+    the task over its upstream's new output."""
+    run_id = add_run(day(3), "failed")
+    with orm.session_scope() as session:
+        session.execute(delete(TaskInstance).where(TaskInstance.task_id == "b"))
+        for index in range(3):
+            session.add(TaskInstance(dag_run_id=run_id, dag_id="daily", task_id="b",
+                                     map_index=index, state="failed", try_number=1,
+                                     max_tries=0))  # fmt: skip
+    backfills.prepare(request(reprocess=ReprocessBehavior.FAILED), dry_run=False, now=NOW)
+    with orm.session_scope(write=False) as session:
+        rows = session.execute(
+            select(TaskInstance.task_id, TaskInstance.map_index, TaskInstance.state)
+            .where(TaskInstance.dag_run_id == run_id)
+            .order_by(TaskInstance.task_id, TaskInstance.map_index)
+        ).all()  # fmt: skip
+    assert [tuple(row) for row in rows] == [
+        ("a", -1, "none"),
+        ("b", -1, "none"),
+        ("b", 1, "removed"),
+        ("b", 2, "removed"),
+    ]
 
 
 def test_running_the_same_backfill_again_resumes_it(daily):
