@@ -21,6 +21,8 @@ Processes that run user code never import this module.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +55,10 @@ _sessionmakers: dict[tuple[int, str, str], sessionmaker[Session]] = {}
 #: What a fork child inherited and must neither use nor close: kept referenced so
 #: that garbage collection cannot finalize (close) the parent's connections.
 _inherited: list[Any] = []
+#: The connections out of this process's pools, by pool record: (pid, thread, a weak
+#: reference to the connection, which garbage collection may still check in), what a
+#: stop that unwound a thread may have left in a transaction.
+_checked_out: dict[int, tuple[int, int, Any]] = {}
 
 
 class ForeignConnectionError(RuntimeError):
@@ -157,6 +163,37 @@ def one_connection(url: str | None = None) -> Iterator[None]:
             yield
         finally:
             del _pinned[key]
+
+
+def end_interrupted_work() -> int:
+    """Invalidate the connections the calling thread still has out of its pools, and
+    return how many there were.
+
+    A second stop request raises :class:`~spawnflow.bootstrap.lifecycle.WarmStop`
+    wherever the main thread is, inside SQLAlchemy too, where it can skip the rollback
+    of a unit of work: its connection stays open, in its transaction, kept alive by the
+    traceback while ``finally`` blocks run. On SQLite that transaction holds the write
+    lock, which the stopping process then waits for itself when it records that it
+    stopped (seen: a scheduler stopped cold under load that waited out its busy
+    timeout and left its task ``running``). Closing each such connection rolls back
+    what it was in the middle of, and its locks go with it. Call this only where none
+    of the thread's own work can still use one: on the way out after a stop.
+    """
+    here = (os.getpid(), threading.get_ident())
+    left = [key for key, (pid, thread, _) in _checked_out.items() if (pid, thread) == here]
+    for key in left:
+        fairy = _checked_out.pop(key)[2]()
+        if fairy is not None and fairy.is_valid:
+            fairy.invalidate()  # closes the driver connection; the database rolls back
+    return len(left)
+
+
+def _track_checkout(dbapi_connection: Any, record: Any, fairy: Any) -> None:
+    _checked_out[id(record)] = (os.getpid(), threading.get_ident(), weakref.ref(fairy))
+
+
+def _track_checkin(dbapi_connection: Any, record: Any) -> None:
+    _checked_out.pop(id(record), None)
 
 
 def dispose_all() -> None:
@@ -341,6 +378,9 @@ def _install_guards(target: Engine) -> None:
     event.listen(target, "close_detached", _refuse_foreign_detached)
     for name in _CONNECTION_EVENTS:
         event.listen(target, name, _refuse_foreign_use)
+    # After the guard, which refuses a foreign connection before it is tracked.
+    event.listen(target, "checkout", _track_checkout)
+    event.listen(target, "checkin", _track_checkin)
 
 
 def _stamp(dbapi_connection: Any, record: Any) -> None:
@@ -415,6 +455,8 @@ def _after_fork_in_child() -> None:
         _sessionmakers.pop(maker_key)
     for key in [k for k in _pinned if k[0] != pid]:
         _inherited.append(_pinned.pop(key))
+    for record_id in [k for k, (owner, _, _) in _checked_out.items() if owner != pid]:
+        _inherited.append(_checked_out.pop(record_id))
 
 
 platforms.at_fork_in_child(_after_fork_in_child)

@@ -103,3 +103,43 @@ def test_sqlite_scopes_in_one_connection_still_begin_as_their_kind(make_settings
             with orm.session_scope(write=write) as session:
                 session.connection()
     assert begins == ["BEGIN IMMEDIATE", "BEGIN", "BEGIN IMMEDIATE"]
+
+
+def test_end_interrupted_work_rolls_back_what_a_stop_left_open_in_this_thread(
+    migrated_database,
+):
+    """A unit of work a stop cut short keeps its transaction, and its locks, while its
+    connection lives; ending it rolls the write back and frees the row for the next
+    unit of work. A connection another thread holds is left alone."""
+    import threading
+
+    from sqlalchemy import select, text
+
+    from spawnflow.models.run import Variable
+
+    with orm.session_scope() as session:
+        session.add(Variable(key="k", value="before"))
+    elsewhere: list = []
+    opened = threading.Thread(target=lambda: elsewhere.append(orm.engine().connect()))
+    opened.start()
+    opened.join()
+    left_open = orm.engine().connect()  # as a traceback keeps it alive
+    left_open.begin()
+    left_open.execute(Variable.__table__.update().values(value="half-written"))
+
+    assert orm.end_interrupted_work() == 1
+    with orm.engine().connect() as probe:
+        # Bound the wait for a lock left behind: the failure this test looks for.
+        statement = {
+            "postgresql": "SET lock_timeout = '10s'",
+            "mysql": "SET SESSION innodb_lock_wait_timeout = 10",
+            "sqlite": "PRAGMA busy_timeout=10000",
+        }[probe.dialect.name]
+        probe.execute(text(statement))
+        probe.commit()
+        with probe.begin():
+            assert probe.scalar(select(Variable.value)) == "before"
+            probe.execute(Variable.__table__.update().values(value="after"))
+    assert elsewhere[0].scalar(select(Variable.value)) == "after"  # still usable
+    elsewhere[0].close()
+    left_open.close()

@@ -405,3 +405,37 @@ def test_a_second_stop_request_while_a_lost_worker_is_written_queues_its_task_ag
     }  # fmt: skip
     why = "its scheduler stopped before the task finished (a cold stop); queued again"
     assert rows == {("scheduled", 0, why)}
+
+
+def test_a_second_stop_request_that_cuts_a_write_short_leaves_no_lock_behind(
+    make_settings, tmp_path, monkeypatch
+):
+    """Raised inside SQLAlchemy, the second request can skip a unit of work's rollback:
+    its connection stays open, in its transaction, kept alive by the traceback. On
+    SQLite that is the write lock, which the scheduler then waited for itself when it
+    recorded that it stopped (seen under load: the task left ``running``). What the
+    write was in the middle of is rolled back, and the stop is recorded."""
+    from sqlalchemy import update
+
+    from spawnflow.bootstrap import lifecycle
+
+    # Short waits, so that the lock, if left, fails the test soon.
+    settings = setup(make_settings, tmp_path, **{"database.sqlite_busy_timeout": "1",
+                                                 "database.outage_tolerance": "1"})  # fmt: skip
+    run_id = harness.trigger("narrow")
+
+    def interrupted(self, event) -> None:
+        connection = orm.engine().connect()  # what the traceback keeps alive
+        connection.begin()
+        connection.execute(update(TaskInstance).values(reason="half-written"))
+        raise lifecycle.WarmStop()  # the second request, mid-write
+
+    monkeypatch.setattr(Scheduler, "_lost", interrupted)
+    scheduler = Scheduler(settings, executor=LosingItsWorker(1), only_runs={run_id})
+    with pytest.raises(lifecycle.WarmStop):
+        scheduler.run(num_loops=3)
+
+    reasons = {ti.reason for ti in harness.task_instances(run_id).values()}
+    assert "half-written" not in reasons
+    why = "its scheduler stopped before the task finished (a cold stop); queued again"
+    assert why in reasons

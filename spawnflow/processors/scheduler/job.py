@@ -191,6 +191,7 @@ class Scheduler:
                                         give_up=lifecycle.stop_requested.is_set)  # fmt: skip
                 self.executor.wait(self.settings.scheduler.loop_interval)
         except lifecycle.WarmStop:
+            orm.end_interrupted_work()  # it may have cut a write short: no lock left behind
             unfinished += self.executor.end(grace=0)
             raise
         finally:

@@ -132,6 +132,9 @@ class Triggerer:
                 if until is not None and until():
                     break
                 self.watch.wait(self.settings.triggerer.poll_interval)
+        except lifecycle.WarmStop:
+            orm.end_interrupted_work()  # it may have cut a write short: no lock left behind
+            raise
         finally:
             self._stop_runner()
             self._unregister()

@@ -25,7 +25,7 @@ from typing import Any
 
 from sqlalchemy import exc
 
-from spawnflow.bootstrap import launcher, lifecycle, logs, remote_logs, wire
+from spawnflow.bootstrap import launcher, lifecycle, logs, orm, remote_logs, wire
 from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
@@ -123,6 +123,7 @@ class TaskSupervisor:
         try:
             outcome, status, why = self._supervise(attempt)
         except lifecycle.WarmStop:  # a second stop request: now
+            orm.end_interrupted_work()  # it may have cut a write short: no lock left behind
             launcher.stop_children(grace=0)
             outcome = self._task_run.outcome if self._task_run is not None else None
             run = self._task_run
