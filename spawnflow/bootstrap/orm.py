@@ -55,10 +55,11 @@ _sessionmakers: dict[tuple[int, str, str], sessionmaker[Session]] = {}
 #: What a fork child inherited and must neither use nor close: kept referenced so
 #: that garbage collection cannot finalize (close) the parent's connections.
 _inherited: list[Any] = []
-#: The connections out of this process's pools, by pool record: (pid, thread, a weak
+#: The connections out of this process's pools, by pool record: (thread, a weak
 #: reference to the connection, which garbage collection may still check in), what a
-#: stop that unwound a thread may have left in a transaction.
-_checked_out: dict[int, tuple[int, int, Any]] = {}
+#: stop that unwound a thread may have left in a transaction. A fork child starts
+#: with none: the guard refuses it the parent's.
+_checked_out: dict[int, tuple[int, Any]] = {}
 
 
 class ForeignConnectionError(RuntimeError):
@@ -179,17 +180,17 @@ def end_interrupted_work() -> int:
     what it was in the middle of, and its locks go with it. Call this only where none
     of the thread's own work can still use one: on the way out after a stop.
     """
-    here = (os.getpid(), threading.get_ident())
-    left = [key for key, (pid, thread, _) in _checked_out.items() if (pid, thread) == here]
+    here = threading.get_ident()
+    left = [key for key, (thread, _) in _checked_out.items() if thread == here]
     for key in left:
-        fairy = _checked_out.pop(key)[2]()
+        fairy = _checked_out.pop(key)[1]()
         if fairy is not None and fairy.is_valid:
             fairy.invalidate()  # closes the driver connection; the database rolls back
     return len(left)
 
 
 def _track_checkout(dbapi_connection: Any, record: Any, fairy: Any) -> None:
-    _checked_out[id(record)] = (os.getpid(), threading.get_ident(), weakref.ref(fairy))
+    _checked_out[id(record)] = (threading.get_ident(), weakref.ref(fairy))
 
 
 def _track_checkin(dbapi_connection: Any, record: Any) -> None:
@@ -455,8 +456,7 @@ def _after_fork_in_child() -> None:
         _sessionmakers.pop(maker_key)
     for key in [k for k in _pinned if k[0] != pid]:
         _inherited.append(_pinned.pop(key))
-    for record_id in [k for k, (owner, _, _) in _checked_out.items() if owner != pid]:
-        _inherited.append(_checked_out.pop(record_id))
+    _checked_out.clear()  # the parent's, by the parent's threads
 
 
 platforms.at_fork_in_child(_after_fork_in_child)
