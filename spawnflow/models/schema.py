@@ -108,10 +108,13 @@ def migrate(url: str | None = None) -> tuple[str | None, SchemaStatus]:
 
     Returns the revision it was at before, and its status now.
     """
+    orm.check_reachable(url, create=True)
+    found = _status(url)
+    if found.up_to_date:
+        return found.current, found  # nothing to do: Alembic need not even be imported
     from alembic import command
 
-    orm.check_reachable(url, create=True)
-    before = _status(url).current
+    before = found.current
     with orm.engine(url).begin() as connection:
         command.upgrade(_config(connection), "head")
     return before, _status(url)

@@ -52,7 +52,11 @@ def test_a_database_never_migrated_is_at_no_revision(empty_database_url, make_se
     assert "is not migrated, but this spawnflow needs revision" in status.describe()
 
 
-@pytest.mark.parametrize("command", [["db", "check"], ["dags", "list"], ["runs", "list"]])
+@pytest.mark.parametrize(
+    "command",
+    [["db", "check"], ["db", "migrate"], ["dags", "list"], ["runs", "list"]],
+    ids="-".join,
+)
 def test_commands_that_check_the_schema_do_not_import_alembic(
     command, migrated_database, database_url, home
 ):
