@@ -4,6 +4,8 @@
   only under the method ``SPAWNFLOW__CORE__MP_START_METHOD`` names (tox and nox set it
   per environment), or under the list ``SPAWNFLOW_TEST_START_METHODS`` names (it wins).
   The report header says which variable narrowed the matrix, so it never does so silently.
+* A test that takes both runs every method on one backend and each other backend under
+  one method (:data:`ANCHOR_BACKENDS`), unless ``SPAWNFLOW_TEST_FULL_MATRIX=1``.
 * ``db_backend`` / ``database_url``: sqlite, postgres and mysql (MariaDB). Server
   backends get one database per pytest-xdist worker. ``SPAWNFLOW_TEST_BACKENDS``
   picks the backends; a server that is down skips its tests locally, and fails
@@ -95,9 +97,14 @@ def pytest_report_header(config: pytest.Config) -> str:
     simulated = f" (simulated {simulated_os()})" if simulated_os() else ""
     chosen, variable = method_choice()
     source = f"only these: {variable} names them" if variable else "all this OS has"
+    backends = backends_under_test()
+    pairs = ", ".join(
+        f"{backend} under {method_for_backend(backend, backends) or 'each'}"
+        for backend in [*backends, "redis", "rabbitmq"]
+    )
     return (
         f"spawnflow platform: {platform.display_name}{simulated}; start methods under test: "
-        f"{', '.join(chosen)} ({source})"
+        f"{', '.join(chosen)} ({source}); a test of both runs {pairs}"
     )
 
 
@@ -116,11 +123,53 @@ def required_backends() -> set[str]:
     return {n.strip() for n in os.environ.get("SPAWNFLOW_TEST_REQUIRE_BACKENDS", "").split(",")}
 
 
+#: A test that takes a start method and a backend runs every method on the first of
+#: these backends under test (Redis for the Celery brokers), and each other backend
+#: under one method: MariaDB under fork (fork-safety against both servers), SQLite under
+#: forkserver (Linux's default method with ``standalone``'s default database; spawn on
+#: SQLite is what the Windows and macOS simulations run), RabbitMQ under spawn.
+#: ``SPAWNFLOW_TEST_FULL_MATRIX=1`` runs every pair.
+ANCHOR_BACKENDS = ("postgres", "mysql", "sqlite")
+BACKEND_METHODS = {"postgres": "fork", "mysql": "fork", "sqlite": "forkserver", "rabbitmq": "spawn"}
+#: The parameters that name a backend: ``db_backend``, the Celery tests' ``broker`` and
+#: the fixtures of modules that choose their own backends.
+BACKEND_PARAMETERS = ("db_backend", "deferral_db", "claims_db", "behind_a_proxy", "broker")
+
+
+def full_matrix() -> bool:
+    return os.environ.get("SPAWNFLOW_TEST_FULL_MATRIX", "") not in ("", "0")
+
+
+def method_for_backend(backend: str, backends: list[str]) -> str | None:
+    """The one method a test of ``backend`` runs under, or None: every method."""
+    methods = methods_under_test()
+    anchor = next(name for name in ANCHOR_BACKENDS if name in backends)
+    if full_matrix() or backend in (anchor, "redis"):
+        return None
+    method = BACKEND_METHODS[backend]
+    return method if method in methods else methods[0]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "start_method" in metafunc.fixturenames:
         metafunc.parametrize("start_method", methods_under_test())
     if "db_backend" in metafunc.fixturenames:
         metafunc.parametrize("db_backend", backends_under_test())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the (method, backend) pairs outside the matrix (:data:`ANCHOR_BACKENDS`)."""
+    backends = backends_under_test()
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        method = params.get("start_method")
+        backend = next((params[name] for name in BACKEND_PARAMETERS if name in params), None)
+        only = method_for_backend(backend, backends) if method and backend else None
+        (dropped if only is not None and method != only else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 # -- isolation ------------------------------------------------------------------------
