@@ -133,7 +133,14 @@ ANCHOR_BACKENDS = ("postgres", "mysql", "sqlite")
 BACKEND_METHODS = {"postgres": "fork", "mysql": "fork", "sqlite": "forkserver", "rabbitmq": "spawn"}
 #: The parameters that name a backend: ``db_backend``, the Celery tests' ``broker`` and
 #: the fixtures of modules that choose their own backends.
-BACKEND_PARAMETERS = ("db_backend", "deferral_db", "claims_db", "behind_a_proxy", "broker")
+BACKEND_PARAMETERS = (
+    "db_backend",
+    "deferral_db",
+    "claims_db",
+    "behind_a_proxy",
+    "broker",
+    "server",
+)
 
 
 def full_matrix() -> bool:
