@@ -171,7 +171,7 @@ def launch(spec: ChildSpec, *, method: str | None = None, share_forkservers: boo
     # A fork child inherits our ends of its own pipes too; it must close them, or it
     # would never see EOF when we die. Other methods pass only the child's ends.
     ours = (parent_end, control_parent, *readers) if method == "fork" else ()
-    process = ctx.Process(
+    process = startmethods.process_class(method, ctx)(
         target=_child_entry,
         args=(
             spec if method == "fork" else pickled,
