@@ -153,7 +153,9 @@ def method_for_backend(backend: str, backends: list[str]) -> str | None:
     anchor = next(name for name in ANCHOR_BACKENDS if name in backends)
     if full_matrix() or backend in (anchor, "redis"):
         return None
-    method = BACKEND_METHODS[backend]
+    method = BACKEND_METHODS.get(backend)  # none for a parameter left empty (NOTSET)
+    if method is None:
+        return None
     return method if method in methods else methods[0]
 
 
