@@ -45,3 +45,13 @@ def launcher_idle(channel) -> None:
         )
     )
     wait_for_stop(channel)
+
+
+def launcher_role(channel, target: str) -> None:
+    """Import a role's target module as the bootstrap does, say so, and leave: what a
+    child of that role holds when it exits (benchmarks/child_exit.py)."""
+    from spawnflow.bootstrap import launcher
+    from spawnflow.comms import ResourceReport
+
+    launcher.import_target(target)
+    channel.send(ResourceReport(pid=os.getpid(), peak_rss_bytes=None, modules=len(sys.modules)))
