@@ -171,8 +171,19 @@ class Deferral(msgspec.Struct, frozen=True):
 
 
 class TaskStarting(Message, frozen=True):
-    """Sent by the task process once it imported the Dag file and found the task, just
-    before the task's code runs: its ``execution_timeout`` counts from here."""
+    """Sent by the task process once it imported the Dag file and found the task. What
+    comes before ``execute`` (its mapped element, templates, pulled arguments,
+    ``on_execute_callback``) runs next, on ``[core] callback_timeout``."""
+
+
+class ExecuteStarting(Message, frozen=True):
+    """Sent just before the task's ``execute`` (its function, command or method) is
+    called: ``execution_timeout`` counts from here, as Airflow's wraps ``execute``."""
+
+
+class ExecuteEnded(Message, frozen=True):
+    """Sent when ``execute`` returned: the push of its return value and the choice of a
+    branch come after, on ``[core] callback_timeout`` again."""
 
 
 class Follow(msgspec.Struct, frozen=True):

@@ -17,6 +17,7 @@ import sys
 import threading
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from spawnflow.bootstrap import lifecycle, logs
@@ -25,6 +26,8 @@ from spawnflow.comms import state as state_messages
 from spawnflow.comms.states import TaskState
 from spawnflow.comms.tasks import (
     Deferral,
+    ExecuteEnded,
+    ExecuteStarting,
     TaskOutcome,
     TaskStarting,
     Workload,
@@ -116,7 +119,10 @@ def run_task(channel, workload: Workload) -> None:
         _take_mapped(task, channel, workload.map_index)
         context["templates_dict"] = _render_templates(task, context)
         _call_back(task, "on_execute_callback")
-        result = _resume(task, workload) if resuming else _execute(task, channel, workload)
+        execute = _resumption(task, workload) if resuming else _execution(task, channel, workload)
+        channel.send(ExecuteStarting())
+        result = execute()
+        channel.send(ExecuteEnded())
         try:
             follow = branching.follow_of(task, result)
         except ValueError as error:
@@ -264,22 +270,34 @@ def _find_task(workload: Workload) -> Task:
     raise TaskFailed(f"{workload.dag_file} no longer defines Dag {workload.dag_id!r}")
 
 
-def _execute(task: Task, channel, workload: Workload) -> Any:
+def _execution(task: Task, channel, workload: Workload) -> Callable[[], Any]:
+    """The task's ``execute``, ready to call: a function's arguments are resolved first
+    (upstream values pulled), outside ``execution_timeout`` as in Airflow."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
     if isinstance(task, PythonTask | CommandTask):
         args = [_resolve(value, channel) for value in task.op_args]
         kwargs = {key: _resolve(value, channel) for key, value in task.op_kwargs.items()}
         if not _maps_attributes(task):
             kwargs.update(_element(task, channel, workload.map_index))
     if isinstance(task, PythonTask):
-        return _call_with_context(task.python_callable, args, kwargs)
+        function = task.python_callable
+        return lambda: _call_with_context(function, args, kwargs)
     if isinstance(task, CommandTask):
-        command = task.command
-        if callable(command):  # @task.command: the command it returns is a template too
-            command = _render_one(task, _call_with_context(command, args, kwargs), "command")
-        return _run_command(str(command), task)
-    execute = getattr(task, "execute", None)
-    if callable(execute):  # a task class of its own (a sensor, say)
-        return _call_with_context(execute, [], {})
+        command_task = task
+
+        def run_the_command() -> str | None:
+            command = command_task.command
+            if callable(command):  # @task.command: the command it returns is a template too
+                command = _render_one(
+                    command_task, _call_with_context(command, args, kwargs), "command"
+                )
+            return _run_command(str(command), command_task)
+
+        return run_the_command
+    method = getattr(task, "execute", None)
+    if callable(method):  # a task class of its own (a sensor, say)
+        return lambda: _call_with_context(method, [], {})
     raise TaskFailed(f"spawnflow cannot run tasks of kind {task.kind!r}")
 
 
@@ -345,8 +363,8 @@ def _render_one(task: Task, value: Any, field: str) -> Any:
     return rendered
 
 
-def _resume(task: Task, workload: Workload) -> Any:
-    """Run a deferred try on from ``next_method``, with the trigger's event."""
+def _resumption(task: Task, workload: Workload) -> Callable[[], Any]:
+    """A deferred try's ``next_method`` with the trigger's event, ready to call."""
     name = workload.next_method
     assert name is not None  # only a resuming workload comes here
     kwargs = xcom.decode(workload.next_kwargs or "{}")
@@ -360,7 +378,7 @@ def _resume(task: Task, workload: Workload) -> Any:
             f"task {task.task_id!r} deferred to resume at {name!r}, but it has no method of "
             "that name and its Dag file no function of that name"
         )
-    return _call_with_context(method, [], kwargs)
+    return lambda: _call_with_context(method, [], kwargs)
 
 
 def _deferral(deferred: TaskDeferred, workload: Workload) -> Deferral:

@@ -159,8 +159,7 @@ def test_execution_timeout_counts_from_the_tasks_start_not_its_dag_files_import(
 ):
     """The Dag file takes 8 s to import in the task process, the task 4 s at most: it
     succeeds (on a busy machine a spawned task's import alone can take longer than a
-    short timeout). The budget also covers the return value's push to the supervisor,
-    which took past 1 s once at -n 4 on two cores."""
+    short timeout)."""
     settings, _ = scheduling
     run_id = _slow_import(settings, tmp_path, 8, timeout=4)
     ti = harness.task_instances(run_id)["quick"]

@@ -4,6 +4,7 @@ and XCom helpers, under each start method, on SQLite."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,37 @@ pytestmark = pytest.mark.process
 MISBEHAVING = "tests.fixtures.xcom_backends:MisbehavingBackend"
 
 DAGS = """
-import asyncio, time
+import asyncio, threading, time
 from pathlib import Path
 from spawnflow import Connection, Dag, task, xcom_pull, xcom_push, xcom_push_async
 
 GATE = Path({gate!r})
+
+
+def held_until_released(context):
+    (GATE.parent / "callback-running").write_text("")
+    while not (GATE.parent / "callback-released").exists():
+        time.sleep(0.05)
+
+
+def hang(context):
+    threading.Event().wait()
+
+
+with Dag("around_execute"):
+    @task(execution_timeout=2, on_execute_callback=held_until_released)
+    def returns_slowly_stored():  # the backend holds its return value too
+        return "kept"
+
+    returns_slowly_stored()
+
+
+with Dag("hanging_callback"):
+    @task(execution_timeout=2, on_execute_callback=hang)
+    def never_executes():
+        return "never"
+
+    never_executes()
 
 with Dag("passing"):
     @task
@@ -430,6 +457,39 @@ def test_the_supervisor_enforces_execution_timeout_while_a_call_hangs(xcom_run):
     assert ti.reason.startswith("execution_timeout of 3 seconds exceeded"), ti.reason
     (helper,) = helper_pids(ti)
     assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == "zombie"
+
+
+def test_execution_timeout_bounds_execute_alone_as_airflows_does(xcom_run, tmp_path):
+    """The task's on_execute_callback and the push of its return value are each held
+    past its 2 s execution_timeout; its execute is quick, so the try succeeds. (Before,
+    the budget ran from the Dag file's import and covered both.)"""
+    storage = tmp_path / "xcoms"
+    seen: dict = {}
+
+    def release_each_past_the_timeout(_summary) -> None:
+        holds = [(tmp_path / "callback-running", tmp_path / "callback-released")]
+        holds += [(mark, storage / "released") for mark in storage.glob("hanging-*")]
+        for mark, release in holds:
+            if mark.exists() and not release.exists():
+                since = seen.setdefault(release, time.monotonic())
+                if time.monotonic() - since > 3:  # held at least that long
+                    release.write_text("")
+
+    run_id, tis = xcom_run("around_execute", on_loop=release_each_past_the_timeout)
+    ti = tis["returns_slowly_stored"]
+    assert (ti.state, ti.reason) == ("success", None)
+    assert set(seen) == {tmp_path / "callback-released", storage / "released"}
+    assert rows(run_id)[("returns_slowly_stored", "return_value")].reference
+
+
+def test_a_hanging_on_execute_callback_ends_the_try_on_callback_timeout(xcom_run):
+    _, tis = xcom_run("hanging_callback", **{"core.callback_timeout": "2"})
+    ti = tis["never_executes"]
+    assert ti.state == "failed"
+    assert ti.reason.startswith(
+        "the task's templates, arguments and on_execute_callback outlasted "
+        "[core] callback_timeout (2 seconds); the task process was "
+    ), ti.reason
 
 
 def test_a_value_pushed_again_replaces_the_stored_object(xcom_run, tmp_path):

@@ -32,6 +32,8 @@ from spawnflow.bootstrap.watch import Watch, Watched
 from spawnflow.comms.states import ErrorKind, TaskState
 from spawnflow.comms.tasks import (
     Deferral,
+    ExecuteEnded,
+    ExecuteStarting,
     TaskOutcome,
     TaskStarting,
     Workload,
@@ -65,10 +67,12 @@ class _TaskRun:
     status: ExitStatus | None = None
     #: Why the supervisor stopped it ("external": the task instance changed meanwhile).
     why: str | None = None
-    #: Stopped because execution_timeout passed.
+    #: Stopped because a deadline that execution_timeout sets passed.
     timed_out: bool = False
-    #: The task process said the task's code starts (TaskStarting).
-    started: bool = False
+    #: Where the task process said it is: "importing" its Dag file, "preparing"
+    #: (TaskStarting: mapped element, templates, arguments, on_execute_callback),
+    #: "executing" (ExecuteStarting) or "storing" (ExecuteEnded: its return value).
+    phase: str = "importing"
     #: The supervisor stopped it after its outcome came (its callbacks ran over, or
     #: spawnflow shuts down): the outcome stands.
     stopped_after_outcome: bool = False
@@ -251,21 +255,27 @@ class TaskSupervisor:
         timeout = self.workload.execution_timeout
         run = self._task_run = _TaskRun()
 
-        # The user's budget starts when the task's code does: the task process says so
-        # once the Dag file is imported, which on a busy machine under spawn can take
-        # longer than a short execution_timeout. Until then the import has the Dag
-        # processor's limit for a file, so that a file that hangs still ends the try.
+        # execution_timeout bounds execute() alone, as Airflow's does: the task process
+        # says when it starts and when it returns. The Dag file's import, which on a
+        # busy machine under spawn can take longer than a short execution_timeout, has
+        # the Dag processor's limit for a file on top; what runs around execute (its
+        # templates, pulled arguments, on_execute_callback, the push of its return
+        # value) has the callbacks' budget. Without an execution_timeout nothing is
+        # bounded before the outcome, as before.
         importing = self.settings.dag_processor.file_parsing_timeout
+        around = self.settings.core.callback_timeout
+        budgets = {TaskStarting: ("preparing", around), ExecuteStarting: ("executing", timeout),
+                   ExecuteEnded: ("storing", around)}  # fmt: skip
 
         def on_ready(watched: Watched) -> None:
             if timeout:
                 watched.set_deadline(importing + timeout)
 
         def on_message(watched: Watched, message: wire.Message) -> None:
-            if isinstance(message, TaskStarting):
-                run.started = True
+            if type(message) in budgets:
+                run.phase, budget = budgets[type(message)]
                 if timeout:
-                    watched.set_deadline(timeout)
+                    watched.set_deadline(budget)
                 return
             outcome = self._serve(child, message)
             if outcome is not None:
@@ -300,12 +310,9 @@ class TaskSupervisor:
                 self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
                 return
             assert timeout is not None  # only execution_timeout sets the deadline
-            self._stop_for_timeout(watched, attempt, timeout)
-            run.why = run.why or (
-                f"execution_timeout of {timeout:g} seconds exceeded" if run.started else
-                f"the Dag file did not import within [dag_processor] file_parsing_timeout "
-                f"({importing:g} seconds) plus the task's execution_timeout ({timeout:g})"
-            )  # fmt: skip
+            overran = _overran(run.phase, timeout, importing, around)
+            self._stop_for_timeout(watched, attempt, overran)
+            run.why = run.why or overran
             run.timed_out = True
 
         def on_boot_failure(watched: Watched, error: ChildBootError) -> None:
@@ -484,11 +491,11 @@ class TaskSupervisor:
         stuck = grace == 0 or runner.pending()
         runner.stop(grace=0 if stuck else min(self.settings.core.stop_grace_period, 5.0))
 
-    def _stop_for_timeout(self, watched: Watched, attempt: AttemptLog, timeout: float) -> None:
+    def _stop_for_timeout(self, watched: Watched, attempt: AttemptLog, overran: str) -> None:
         """Stop the task's tree: warm now, killed after the grace period; the watch
         heartbeats meanwhile."""
-        attempt.event("execution_timeout passed: stopping the task", level="error",
-                      execution_timeout=timeout)  # fmt: skip
+        attempt.event("a deadline of the try passed: stopping the task", level="error",
+                      reason=overran)  # fmt: skip
         self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
 
 
@@ -502,6 +509,21 @@ def _assumed_backend(settings: Settings) -> BackendChoice:
     backend runs here; any other goes through a helper."""
     name = settings.core.xcom_backend
     return BackendChoice(name, in_helper=name != "database")
+
+
+def _overran(phase: str, timeout: float, importing: float, around: float) -> str:
+    """The reason of a try stopped on its deadline in ``phase`` (see ``_TaskRun``)."""
+    if phase == "executing":
+        return f"execution_timeout of {timeout:g} seconds exceeded"
+    if phase == "importing":
+        return (
+            f"the Dag file did not import within [dag_processor] file_parsing_timeout "
+            f"({importing:g} seconds) plus the task's execution_timeout ({timeout:g})"
+        )
+    budget = f"[core] callback_timeout ({around:g} seconds)"
+    if phase == "preparing":
+        return f"the task's templates, arguments and on_execute_callback outlasted {budget}"
+    return f"the task's return value was not stored within {budget} after its execute returned"
 
 
 def _died(status: ExitStatus | None) -> str:
