@@ -48,6 +48,14 @@ with Dag("around_execute"):
     returns_slowly_stored()
 
 
+with Dag("hanging_return"):
+    @task(execution_timeout=2)
+    def returns_into_a_hang():  # the backend never stores its return value
+        return "lost"
+
+    returns_into_a_hang()
+
+
 with Dag("hanging_callback"):
     @task(execution_timeout=2, on_execute_callback=hang)
     def never_executes():
@@ -489,6 +497,16 @@ def test_a_hanging_on_execute_callback_ends_the_try_on_callback_timeout(xcom_run
     assert ti.reason.startswith(
         "the task's templates, arguments and on_execute_callback outlasted "
         "[core] callback_timeout (2 seconds); the task process was "
+    ), ti.reason
+
+
+def test_a_return_value_that_is_never_stored_ends_the_try_on_callback_timeout(xcom_run):
+    _, tis = xcom_run("hanging_return", **{"core.callback_timeout": "2"})
+    ti = tis["returns_into_a_hang"]
+    assert ti.state == "failed"
+    assert ti.reason.startswith(
+        "the task's return value was not stored within [core] callback_timeout (2 seconds) "
+        "after its execute returned; the task process was "
     ), ti.reason
 
 
