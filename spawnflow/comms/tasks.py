@@ -173,7 +173,8 @@ class Deferral(msgspec.Struct, frozen=True):
 class TaskStarting(Message, frozen=True):
     """Sent by the task process once it imported the Dag file and found the task. What
     comes before ``execute`` (its mapped element, templates, pulled arguments,
-    ``on_execute_callback``) runs next, on ``[core] callback_timeout``."""
+    ``on_execute_callback``) runs next, on the longer of ``execution_timeout`` and
+    ``[core] callback_timeout``."""
 
 
 class ExecuteStarting(Message, frozen=True):
@@ -183,7 +184,7 @@ class ExecuteStarting(Message, frozen=True):
 
 class ExecuteEnded(Message, frozen=True):
     """Sent when ``execute`` returned: the push of its return value and the choice of a
-    branch come after, on ``[core] callback_timeout`` again."""
+    branch come after, on the longer of the two budgets again."""
 
 
 class Follow(msgspec.Struct, frozen=True):

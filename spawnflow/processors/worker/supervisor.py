@@ -258,12 +258,14 @@ class TaskSupervisor:
         # execution_timeout bounds execute() alone, as Airflow's does: the task process
         # says when it starts and when it returns. The Dag file's import, which on a
         # busy machine under spawn can take longer than a short execution_timeout, has
-        # the Dag processor's limit for a file on top; what runs around execute (its
+        # the Dag processor's limit for a file on top. What runs around execute (its
         # templates, pulled arguments, on_execute_callback, the push of its return
-        # value) has the callbacks' budget. Without an execution_timeout nothing is
-        # bounded before the outcome, as before.
+        # value) has the longer of the callbacks' budget and execution_timeout, so that
+        # a hang there still ends the try and no try that the old, shared budget let
+        # through fails. Without an execution_timeout nothing is bounded before the
+        # outcome, as before.
         importing = self.settings.dag_processor.file_parsing_timeout
-        around = self.settings.core.callback_timeout
+        around = max(self.settings.core.callback_timeout, timeout or 0.0)
         budgets = {TaskStarting: ("preparing", around), ExecuteStarting: ("executing", timeout),
                    ExecuteEnded: ("storing", around)}  # fmt: skip
 
@@ -520,7 +522,7 @@ def _overran(phase: str, timeout: float, importing: float, around: float) -> str
             f"the Dag file did not import within [dag_processor] file_parsing_timeout "
             f"({importing:g} seconds) plus the task's execution_timeout ({timeout:g})"
         )
-    budget = f"[core] callback_timeout ({around:g} seconds)"
+    budget = f"{around:g} seconds (the longer of execution_timeout and [core] callback_timeout)"
     if phase == "preparing":
         return f"the task's templates, arguments and on_execute_callback outlasted {budget}"
     return f"the task's return value was not stored within {budget} after its execute returned"
