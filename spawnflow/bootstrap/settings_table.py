@@ -489,7 +489,9 @@ OPTIONS: tuple[Option, ...] = (
         _seconds(0.1),
         60.0,
         "Seconds the callbacks of a task (after its outcome) or of a Dag run may take "
-        "before their process is stopped; the task's or the run's state stays as it was.",
+        "before their process is stopped; the task's or the run's state stays as it was. "
+        "With an execution_timeout, the longer of the two also bounds what runs around a "
+        "task's execute (templates, on_execute_callback, storing its return value).",
     ),
     Option(
         "database",

@@ -228,7 +228,7 @@ def unpause_command(state: State, dag_id: str) -> None:
               help="Check only this start method (repeatable).")  # fmt: skip
 @click.option("--parse-only", is_flag=True, help="Compare the parsed Dags; run no task.")
 @click.option("--task-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0,
-              show_default=True, help="Seconds each task may run under each method.")  # fmt: skip
+              show_default=True, help="Seconds a task's execute may take.")  # fmt: skip
 @output_option
 @pass_state
 def check_command(

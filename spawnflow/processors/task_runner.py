@@ -55,8 +55,9 @@ class TaskFailed(Exception):
 
 
 class ExecutionTimeout(TaskFailed):
-    """The task ran past its ``execution_timeout`` and its supervisor stopped it: the
-    ``exception`` in the context of the failure callbacks that follow."""
+    """The task ran past a deadline its ``execution_timeout`` sets (its ``execute``, or
+    what runs around it) and its supervisor stopped it: the ``exception`` in the
+    context of the failure callbacks that follow."""
 
 
 class TaskProcessDied(TaskFailed):
@@ -199,7 +200,9 @@ def _call_back(task: Task | None, which: str, **extra: Any) -> None:
     The outcome was sent before (but for ``on_execute_callback``, which runs before the
     task's code): what a callback does never changes the try's state. One that raises
     is logged, with its traceback, in the try's log, and the next one still runs. A
-    callback that hangs is the supervisor's to stop, after ``[core] callback_timeout``.
+    callback that hangs is the supervisor's to stop, after ``[core] callback_timeout``
+    (``on_execute_callback``: only with an ``execution_timeout``, after the longer of
+    the two, and the try fails).
     """
     if task is None or not task.callbacks.get(which):
         return

@@ -248,8 +248,9 @@ def run_task_once(
 
     ``method``: the task process's start method, and its own ``multiprocessing``
     default (None: the executor's method, Python's default). ``upstream``: the XComs it
-    may pull, by (task id, key); others are None. ``timeout``: seconds the task may run
-    at most (its execution_timeout, if shorter, still applies). ``map_index``: which
+    may pull, by (task id, key); others are None. ``timeout``: seconds the task's
+    ``execute`` may take at most, as an ``execution_timeout`` (the task's own, if
+    shorter, still applies). ``map_index``: which
     element of a mapped task it runs (None: the first; ignored for an unmapped task).
     """
     task = document.task(task_id)

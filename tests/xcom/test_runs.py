@@ -41,7 +41,7 @@ def hang(context):
 
 
 with Dag("around_execute"):
-    @task(execution_timeout=2, on_execute_callback=held_until_released)
+    @task(execution_timeout=5, on_execute_callback=held_until_released)
     def returns_slowly_stored():  # the backend holds its return value too
         return "kept"
 
@@ -49,7 +49,7 @@ with Dag("around_execute"):
 
 
 with Dag("hanging_return"):
-    @task(execution_timeout=2)
+    @task(execution_timeout=5)
     def returns_into_a_hang():  # the backend never stores its return value
         return "lost"
 
@@ -57,7 +57,7 @@ with Dag("hanging_return"):
 
 
 with Dag("hanging_callback"):
-    @task(execution_timeout=2, on_execute_callback=hang)
+    @task(execution_timeout=5, on_execute_callback=hang)
     def never_executes():
         return "never"
 
@@ -469,7 +469,7 @@ def test_the_supervisor_enforces_execution_timeout_while_a_call_hangs(xcom_run):
 
 def test_execution_timeout_bounds_execute_alone_as_airflows_does(xcom_run, tmp_path):
     """The task's on_execute_callback and the push of its return value are each held
-    past its 2 s execution_timeout; its execute is quick, so the try succeeds. (Before,
+    past its 5 s execution_timeout; its execute is quick, so the try succeeds. (Before,
     the budget ran from the Dag file's import and covered both.)"""
     storage = tmp_path / "xcoms"
     seen: dict = {}
@@ -480,7 +480,7 @@ def test_execution_timeout_bounds_execute_alone_as_airflows_does(xcom_run, tmp_p
         for mark, release in holds:
             if mark.exists() and not release.exists():
                 since = seen.setdefault(release, time.monotonic())
-                if time.monotonic() - since > 3:  # held at least that long
+                if time.monotonic() - since > 6:  # held at least that long
                     release.write_text("")
 
     run_id, tis = xcom_run("around_execute", on_loop=release_each_past_the_timeout)
@@ -502,11 +502,11 @@ def test_execution_timeout_bounds_execute_alone_as_airflows_does(xcom_run, tmp_p
 def test_what_hangs_around_execute_ends_the_try_on_callback_timeout(
     xcom_run, dag_id, task_id, overran
 ):
-    _, tis = xcom_run(dag_id, **{"core.callback_timeout": "3"})  # the longer of it and 2 s
+    _, tis = xcom_run(dag_id, **{"core.callback_timeout": "6"})  # the longer of it and 5 s
     ti = tis[task_id]
     assert ti.state == "failed"
     assert ti.reason.startswith(
-        overran + "3 seconds (the longer of execution_timeout and [core] callback_timeout)"
+        overran + "6 seconds (the longer of execution_timeout and [core] callback_timeout)"
     ), ti.reason
     assert "; the task process was " in ti.reason
 
