@@ -171,10 +171,11 @@ class Deferral(msgspec.Struct, frozen=True):
 
 
 class TaskStarting(Message, frozen=True):
-    """Sent by the task process once it imported the Dag file and found the task. What
-    comes before ``execute`` (its mapped element, templates, pulled arguments,
+    """Sent once the task process imported the Dag file and found the task. What comes
+    before ``execute`` (its mapped element, templates, pulled arguments,
     ``on_execute_callback``) runs next, on the longer of ``execution_timeout`` and
-    ``[core] callback_timeout``."""
+    ``[core] callback_timeout``. This message and the two after it set the deadlines
+    of a task with an ``execution_timeout``, and only such a task sends them."""
 
 
 class ExecuteStarting(Message, frozen=True):

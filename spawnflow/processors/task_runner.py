@@ -108,6 +108,8 @@ def run_task(channel, workload: Workload) -> None:
     logger.info("task resumed" if resuming else "task started", task_id=workload.task_id,
                 try_number=workload.try_number, method=workload.next_method)  # fmt: skip
     task: Task | None = None
+    # Where the try is, for the supervisor's deadlines: only a timed task has any.
+    phase = channel.send if workload.execution_timeout else _unheard
     try:
         if workload.multiprocessing_start_method is not None:
             # What the user's own processes get, as on an OS whose default it is.
@@ -116,14 +118,14 @@ def run_task(channel, workload: Workload) -> None:
             multiprocessing.set_start_method(workload.multiprocessing_start_method, force=True)
         task = _find_task(workload)
         logs.adopt_structlog()  # a Dag file that logs through structlog: to the try's log
-        channel.send(TaskStarting())
+        phase(TaskStarting())
         _take_mapped(task, channel, workload.map_index)
         context["templates_dict"] = _render_templates(task, context)
         _call_back(task, "on_execute_callback")
         execute = _resumption(task, workload) if resuming else _execution(task, channel, workload)
-        channel.send(ExecuteStarting())
+        phase(ExecuteStarting())
         result = execute()
-        channel.send(ExecuteEnded())
+        phase(ExecuteEnded())
         try:
             follow = branching.follow_of(task, result)
         except ValueError as error:
@@ -160,6 +162,10 @@ def run_task(channel, workload: Workload) -> None:
     logger.info("task succeeded", task_id=workload.task_id)
     channel.send(TaskOutcome(state=TaskState.SUCCESS, follow=follow))
     _call_back(task, "on_success_callback", exception=None, reason=None)
+
+
+def _unheard(message: Any) -> None:
+    """What a phase message of an untimed try becomes: nobody acts on it."""
 
 
 def call_back_failure(channel, workload: Workload, reason: str, cause: str) -> None:
@@ -233,7 +239,6 @@ def render_task(channel, workload: Workload) -> None:
     runtime.install(channel, context)
     try:
         task = _find_task(workload)
-        channel.send(TaskStarting())
         _take_mapped(task, channel, max(workload.map_index, 0))  # a mapped one: its first
         renderer = templates.Renderer(task, context)
         renderer.render_fields()

@@ -250,8 +250,8 @@ def run_task_once(
     default (None: the executor's method, Python's default). ``upstream``: the XComs it
     may pull, by (task id, key); others are None. ``timeout``: seconds the task's
     ``execute`` may take at most, as an ``execution_timeout`` (the task's own, if
-    shorter, still applies). ``map_index``: which
-    element of a mapped task it runs (None: the first; ignored for an unmapped task).
+    shorter, still applies). ``map_index``: which element of a mapped task it runs
+    (None: the first; ignored for an unmapped task).
     """
     task = document.task(task_id)
     index = (0 if map_index is None else map_index) if task.is_mapped else -1
