@@ -5,12 +5,16 @@ a child a server of its own: a fresh interpreter that forks the children. In a
 spawnflow tree that was one interpreter per launching process (standalone, the Dag
 processor, the scheduler, every executor worker, the triggerer), and the children of
 one server shared pages only with that server. Here the process that starts a tree
-starts two, and the whole tree forks from them:
+starts two, one interpreter between them, and the whole tree forks from them:
 
-* ``database``, for the roles that hold an engine (law 3): it preloads SQLAlchemy's
-  ORM, the models and the components' modules, whose pages its children then share;
-* ``user``, for every other role (user code, which never imports SQLAlchemy): it
-  preloads the launcher and what a file parser, a task and an XCom helper import.
+* ``user``, for the roles that run user code (which never imports SQLAlchemy): a new
+  interpreter that preloads the launcher and what a file parser, a task and an XCom
+  helper import;
+* ``database``, for the roles that hold an engine (law 3): forked from ``user``, it
+  imports SQLAlchemy's ORM, the models and the components' modules on top, whose pages
+  its children then share with it (and the interpreter's with every process of the tree).
+
+Each freezes its preload (:mod:`spawnflow.bootstrap.forkserver_freeze`).
 
 A process shares its servers (:func:`share`) with the children it names
 (``launcher.launch`` with ``share_forkservers``); a child adopts what it was handed
@@ -37,15 +41,25 @@ if TYPE_CHECKING:
 
     from spawnflow.bootstrap.settings import Settings
 
-__all__ = ["ServerRef", "adopt", "forked", "handed_down", "share", "start_early", "unshare"]
+__all__ = [
+    "ServerRef",
+    "adopt",
+    "forked",
+    "handed_down",
+    "let_go",
+    "share",
+    "start_early",
+    "unshare",
+]
 
 #: The roles whose processes hold an engine; every other role forks from ``user``.
 DATABASE_ROLES = frozenset(
     {"dag-processor", "scheduler", "triggerer", "executor-worker", "database-setup"}
 )
 
-#: What each server imports once, for its children to share. First the guard that keeps
-#: a server alive when a client goes away mid-request. Never user code, nothing that
+#: What each server imports once, for its children to share (``database`` on top of
+#: ``user``'s, when it is forked from it). First the guard that keeps a server alive when
+#: a client goes away mid-request, last the freeze. Never user code, nothing that
 #: opens a socket or starts a thread at import, and SQLAlchemy only in ``database`` (a
 #: test checks all three). No structlog: these children write their lines to files,
 #: which takes only the standard library and msgspec (``bootstrap.logs``).
@@ -59,6 +73,7 @@ PRELOAD = {
         "spawnflow.processors.scheduler.job",
         "spawnflow.processors.triggerer.job",
         "spawnflow.processors.worker.worker",
+        "spawnflow.bootstrap.forkserver_freeze",
     ),
     "user": (
         "spawnflow.bootstrap.forkserver_guard",
@@ -66,12 +81,14 @@ PRELOAD = {
         "spawnflow.processors.dag_processor.parser",
         "spawnflow.processors.task_runner",
         "spawnflow.processors.xcom_helper",
+        "spawnflow.bootstrap.forkserver_freeze",
     ),
 }
 
 
-#: What only a server imports (it changes how its loop takes errors).
-_GUARD = "spawnflow.bootstrap.forkserver_guard"
+#: What only a server imports: it changes how its loop takes errors, and it freezes
+#: the preload for the children's collections (a fork parent goes on making garbage).
+_SERVER_ONLY = ("spawnflow.bootstrap.forkserver_guard", "spawnflow.bootstrap.forkserver_freeze")
 
 
 def kind_of(role: str) -> str:
@@ -88,23 +105,48 @@ _shared: set[str] = set()
 
 def server_for(role: str) -> Any:
     """The server that forks a child of ``role``: this process's own, started with its
-    first launch unless started before, or forked from one that was handed down."""
+    first launch unless started before, or forked from one that was handed down.
+
+    Of this process's own servers only ``user`` is a new interpreter: ``database`` is
+    forked from it and imports the rest of its preload on top, so that the whole tree
+    shares one interpreter's pages and the ``user`` children still hold no SQLAlchemy.
+    """
     kind = kind_of(role)
     server = _servers.get(kind)
     if server is None:
         from multiprocessing.forkserver import ForkServer
 
-        server = _servers[kind] = ForkServer()
-        server.set_forkserver_preload(list(PRELOAD[kind]))
+        root = _servers.get("user")
+        if kind == "database" and not isinstance(root, SubServer):
+            server = _servers[kind] = SubServer(server_for("task"), preload=PRELOAD[kind])
+        else:  # its own interpreter; a database one too if this process adopted ``user``
+            server = _servers[kind] = ForkServer()
+            server.set_forkserver_preload(list(PRELOAD[kind]))
     return server
+
+
+def _adopted(kind: str) -> bool:
+    server = _servers.get(kind)
+    return isinstance(server, SubServer) and server.adopted
+
+
+def _execs_first(server: Any) -> bool:
+    """Whether a launch through ``server`` starts an interpreter first: the first launch
+    through a server this process starts, or through one it forks from such a server
+    (one forked from a handed-down server is no new interpreter)."""
+    if isinstance(server, SubServer):
+        return server.pid is None and not server.adopted and _execs_first(server.upstream)
+    return server._forkserver_pid is None
 
 
 def starts_by_exec(role: str) -> bool:
     """Whether launching a child of ``role`` under forkserver starts a server's
-    interpreter first (the first launch through a server this process starts; one
-    forked from a handed-down server is no new interpreter)."""
-    server = _servers.get(kind_of(role))
-    return server is None or (not isinstance(server, SubServer) and server._forkserver_pid is None)
+    interpreter first (see :func:`_execs_first`)."""
+    kind = kind_of(role)
+    server, root = _servers.get(kind), _servers.get("user")
+    if server is None and kind == "database" and root is not None:
+        return not isinstance(root, SubServer) and _execs_first(root)
+    return server is None or _execs_first(server)
 
 
 def fork_preload(settings: Settings, roles: Iterable[str]) -> list[str]:
@@ -115,7 +157,7 @@ def fork_preload(settings: Settings, roles: Iterable[str]) -> list[str]:
     names: list[str] = []
     for role in roles:
         if startmethods.for_role(settings, role)[0] == "fork":
-            names += [n for n in PRELOAD[kind_of(role)] if n not in names and n != _GUARD]
+            names += [n for n in PRELOAD[kind_of(role)] if n not in names and n not in _SERVER_ONLY]
     return names
 
 
@@ -131,7 +173,9 @@ def share(settings: Settings, roles: Iterable[str]) -> set[str]:
     began = set()
     for role in roles:
         kind = kind_of(role)
-        if start_early(settings, role) and kind not in _shared:
+        if kind in _shared or _adopted(kind):
+            continue  # a handed-down one is handed on; ours from it starts with our launch
+        if start_early(settings, role):
             _shared.add(kind)
             began.add(kind)
     return began
@@ -152,14 +196,24 @@ def start_early(settings: Settings, role: str) -> bool:
     if startmethods.for_role(settings, role)[0] != "forkserver":
         return False
     server = server_for(role)
-    if isinstance(server, SubServer):
+    if isinstance(server, SubServer) and server.adopted:
         server.ensure_running()
         return False
-    if server._forkserver_pid is None:
+    if _execs_first(server) or (isinstance(server, SubServer) and server.pid is None):
         startmethods.context("forkserver")  # the socket's folder, before the server starts
-        with platforms.current().launching(exec_follows=True):
+        with platforms.current().launching(exec_follows=_execs_first(server)):
             server.ensure_running()
     return True
+
+
+def let_go(role: str) -> None:
+    """Let this process's own server for the children of ``role`` go, if it forked it
+    from a handed-down one (no other process uses it): for a process that will launch
+    none for a while, such as an executor whose last idle worker left. Only once no
+    child launched through it runs: the kernel ends them with it."""
+    server = _servers.get(kind_of(role))
+    if isinstance(server, SubServer) and server.adopted and server.pid is not None:
+        server.let_go()
 
 
 def handed_down(shared: bool) -> tuple[ServerRef, ...]:
@@ -168,7 +222,9 @@ def handed_down(shared: bool) -> tuple[ServerRef, ...]:
     refs = []
     for kind, server in _servers.items():
         if isinstance(server, SubServer):
-            refs.append(server.upstream.ref)
+            ref = server.upstream.ref if server.adopted else server.ref(kind)
+            if ref is not None and (server.adopted or (shared and kind in _shared)):
+                refs.append(ref)
         elif shared and kind in _shared and server._forkserver_address is not None:
             authkey = getattr(server, "_forkserver_authkey", None)
             refs.append(
@@ -210,12 +266,15 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
         return []  # every child exits through here: one that shares nothing skips psutil
     import psutil
 
-    found: list[psutil.Process] = []
-    for kind in _shared:
+    servers = _own_shared_pids()
+    found: dict[int, psutil.Process] = {}
+    for pid in servers:
         try:
-            found += psutil.Process(_servers[kind]._forkserver_pid).children(recursive=True)
+            found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
         except psutil.Error:
             continue
+    for pid in servers:  # one forked from the other: it leaves when this process does
+        found.pop(pid, None)
     spared: list[psutil.Process] = []
     for pid in skip:
         try:
@@ -223,18 +282,23 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
         except psutil.Error:
             continue
     left_alone = {process.pid for process in tree(spared)}
-    return [process for process in found if process.pid not in left_alone]
+    return [process for process in found.values() if process.pid not in left_alone]
 
 
 def _shared_pids() -> list[int]:
     """The shared servers this process knows: those it started and shares, and those
     it was handed."""
+    handed = [s for s in _servers.values() if isinstance(s, SubServer) and s.adopted]
+    return [server.upstream.ref.pid for server in handed] + _own_shared_pids()
+
+
+def _own_shared_pids() -> list[int]:
+    """The servers this process started and shares."""
     pids = []
-    for kind, server in _servers.items():
-        if isinstance(server, SubServer):
-            pids.append(server.upstream.ref.pid)
-        elif kind in _shared and server._forkserver_pid is not None:
-            pids.append(server._forkserver_pid)
+    for kind in _shared:
+        server = _servers[kind]
+        pid = server.pid if isinstance(server, SubServer) else server._forkserver_pid
+        pids += [] if pid is None else [pid]
     return pids
 
 

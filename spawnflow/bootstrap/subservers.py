@@ -71,12 +71,19 @@ class Upstream:
 
 
 class SubServer:
-    """This process's own server, forked from ``upstream`` when it is first needed."""
+    """This process's own server, forked from ``upstream`` when it is first needed.
 
-    def __init__(self, upstream: Upstream):
+    ``upstream`` is a server another process started (an :class:`Upstream`: the
+    server is this process's own, for its children), or one this process started
+    itself, which the server then extends with ``preload`` (frozen after the import,
+    see :mod:`spawnflow.bootstrap.forkserver_freeze`) to be shared in turn.
+    """
+
+    def __init__(self, upstream: Any, preload: Sequence[str] = ()):
         from multiprocessing.forkserver import ForkServer
 
         self.upstream = upstream
+        self.preload = tuple(preload)
         self._server = cast(Any, ForkServer())
         self._server.ensure_running = self.ensure_running
         #: The running server (a psutil handle: it tells our server from a process that
@@ -87,6 +94,19 @@ class SubServer:
     @property
     def pid(self) -> int | None:
         return None if self._handle is None else self._handle.pid
+
+    @property
+    def adopted(self) -> bool:
+        """Whether its upstream is a server another process started."""
+        return isinstance(self.upstream, Upstream)
+
+    def ref(self, kind: str) -> ServerRef | None:
+        """Where it listens, for the children to fork from it; None until it runs."""
+        server = self._server
+        if self.pid is None or server._forkserver_address is None:
+            return None
+        authkey = getattr(server, "_forkserver_authkey", None)
+        return ServerRef(kind, server._forkserver_address, self.pid, authkey)
 
     def ensure_running(self) -> None:
         """Fork the server from ``upstream`` unless it runs (again, if it died).
@@ -105,7 +125,7 @@ class SubServer:
                         return
                 except psutil.Error:
                     pass
-                self._let_go()
+                self.let_go()
             self._start()
 
     def connect_to_new_process(self, fds: Sequence[int]) -> tuple[int, int]:
@@ -136,9 +156,11 @@ class SubServer:
             os.write(key_w, authkey)  # 32 bytes: fits the pipe at once
             os.close(key_w)
             passed.append(key_r)
+        # One forked to be shared keeps the name of the server it extends.
+        owner = None if self.preload else os.getpid()
         process = ctx.Process(
-            target=serve, args=(os.getpid(), *map(_Passed, passed)),
-            name="spawnflow-forkserver", daemon=True,
+            target=serve, args=(owner, *map(_Passed, passed)),
+            kwargs={"preload": self.preload}, name="spawnflow-forkserver", daemon=True,
         )  # fmt: skip
         try:
             with routed(self.upstream):
@@ -156,9 +178,10 @@ class SubServer:
         self._server._forkserver_authkey = authkey
         self._handle = psutil.Process(process.pid)
 
-    def _let_go(self) -> None:
-        """Close our end of the alive pipe (the server leaves when it sees EOF) and
-        forget the server."""
+    def let_go(self) -> None:
+        """Close our end of the alive pipe (the server leaves when it sees EOF, and
+        the kernel ends what it forked) and forget the server: the next launch
+        through it forks it again."""
         self.close_inherited()
         if self._server._forkserver_address is not None:
             _unlink(self._server._forkserver_address)
@@ -200,15 +223,26 @@ def _unlink(address: str) -> None:
         pass
 
 
-def serve(owner: int, listener: int, alive: int, key: int | None = None) -> None:
+def serve(
+    owner: int | None, listener: int, alive: int, key: int | None = None,
+    preload: Sequence[str] = (),
+) -> None:  # fmt: skip
     """Target of a server process: multiprocessing's forkserver loop on the descriptors
-    its owner passed, without a preload (it was forked from one that has it)."""
+    its owner passed. It has its upstream server's preload from the fork, and imports
+    ``preload`` on top of it. ``owner``: the process it launches for, in its name."""
+    import gc
+    import importlib
     from multiprocessing import forkserver
 
     from spawnflow.bootstrap import forkserver_guard
 
     forkserver_guard.install()  # the upstream server's guard was taken back at the fork
-    platforms.current().name_process(f"{NAME_PREFIX}{owner}")
+    if owner is not None:
+        platforms.current().name_process(f"{NAME_PREFIX}{owner}")
+    for name in preload:
+        importlib.import_module(name)
+    if preload:
+        gc.freeze()  # see forkserver_freeze: imported upstream already, so not again
     extra = {} if key is None else {"authkey_r": key}
     loop: Any = forkserver.main  # its keywords differ between Python versions
     loop(listener, alive, [], **extra)

@@ -303,6 +303,9 @@ class LocalExecutor(BaseExecutor):
     def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
         worker = watched.child
         self.workers.remove(worker)
+        if not self.workers:
+            # An idle tree holds no worker, nor the server of ours that forked them.
+            forkservers.let_go("executor-worker")
         self.heard.pop(worker.pid, None)
         self.idle_since.pop(worker.pid, None)
         if worker.pid in self.retiring:

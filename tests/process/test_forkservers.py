@@ -167,3 +167,66 @@ def test_a_launchers_server_that_outlives_the_shared_one_is_kept(sharing):
     finally:
         supervisor.stop(grace=30)
         kill_if_running(*pids)
+
+
+def test_the_database_server_is_forked_from_the_user_one_and_adds_its_preload(sharing):
+    """One interpreter for the whole tree: the server of the roles that hold an engine is
+    forked from the other one and imports SQLAlchemy on top, which its children share."""
+    sharing()
+    began = forkservers.share(settings_module.current(), ["scheduler"])
+    try:
+        database = forkservers.server_for("scheduler")
+        user = forkservers.server_for("test-grandchild")
+        assert psutil.Process(database.pid).ppid() == user._forkserver_pid
+        spec = ChildSpec("scheduler", "tests.fixtures.targets:report_modules")
+        with launch(spec, method="forkserver") as child:
+            child.wait_ready(timeout=120)
+            report = child.channel.recv(timeout=120).values
+            assert psutil.Process(child.pid).ppid() == database.pid
+        assert {"sqlalchemy.orm", "spawnflow.models"} <= set(report["before"])
+        # What it hands its children: this server, which they fork their own from.
+        assert ("database", database.pid) in [
+            (ref.kind, ref.pid) for ref in forkservers.handed_down(shared=True)
+        ]
+    finally:
+        forkservers.unshare(began)
+
+
+def test_a_server_of_its_own_that_it_lets_go_leaves_and_the_next_launch_forks_another(
+    sharing,
+):
+    """An executor whose last worker left lets its own server go (an idle tree keeps no
+    server that forks nothing); its next worker forks from a new one."""
+    sharing()
+    spec = ChildSpec("test-supervisor", "tests.fixtures.targets:supervise_one_then_let_go",
+                     warm_stop_group=False)  # fmt: skip
+    supervisor = launch(spec, method="forkserver", share_forkservers=True)
+    try:
+        supervisor.wait_ready()
+        first = supervisor.channel.recv(timeout=120).values
+        assert gone(first["server"], timeout=60)
+        supervisor.channel.send(Go(id=1))
+        second = supervisor.channel.recv(timeout=120).values
+
+        shared = forkservers.server_for("test-grandchild")._forkserver_pid
+        assert second["server"] != first["server"]
+        assert psutil.Process(second["server"]).ppid() == shared
+        if NAMED:
+            assert psutil.Process(second["server"]).name() == f"fs-{supervisor.pid}"
+    finally:
+        supervisor.stop(grace=30)
+
+
+def test_a_process_handed_servers_shares_them_on_without_forking_its_own_early(sharing):
+    """An executor in a process that was handed the tree's servers starts no server of
+    its own for the tasks its workers launch (the workers fork their own)."""
+    sharing()
+    began = forkservers.share(settings_module.current(), ["scheduler"])
+    spec = ChildSpec("test-supervisor", "tests.fixtures.targets:share_what_was_handed")
+    try:
+        with launch(spec, method="forkserver", share_forkservers=True) as child:
+            child.wait_ready(timeout=120)
+            report = child.channel.recv(timeout=120).values
+    finally:
+        forkservers.unshare(began)
+    assert report == {"began": [], "own": {"user": None, "database": None}}
