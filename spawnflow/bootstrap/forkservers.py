@@ -132,11 +132,19 @@ def _adopted(kind: str) -> bool:
 
 def _execs_first(server: Any) -> bool:
     """Whether a launch through ``server`` starts an interpreter first: the first launch
-    through a server this process starts, or through one it forks from such a server
-    (one forked from a handed-down server is no new interpreter)."""
+    through a server this process starts (again, if it died), or through one it forks
+    from such a server (one forked from a handed-down server is no new interpreter)."""
     if isinstance(server, SubServer):
-        return server.pid is None and not server.adopted and _execs_first(server.upstream)
-    return server._forkserver_pid is None
+        return not server.adopted and not server.running() and _execs_first(server.upstream)
+    pid = server._forkserver_pid
+    if pid is None:
+        return True
+    import psutil
+
+    try:  # a server that died and was not reaped yet is a zombie: replaced at the launch
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 
 
 def starts_by_exec(role: str) -> bool:
@@ -145,7 +153,7 @@ def starts_by_exec(role: str) -> bool:
     kind = kind_of(role)
     server, root = _servers.get(kind), _servers.get("user")
     if server is None and kind == "database" and root is not None:
-        return not isinstance(root, SubServer) and _execs_first(root)
+        return isinstance(root, SubServer) or _execs_first(root)  # its own, or forked
     return server is None or _execs_first(server)
 
 
@@ -199,9 +207,10 @@ def start_early(settings: Settings, role: str) -> bool:
     if isinstance(server, SubServer) and server.adopted:
         server.ensure_running()
         return False
-    if _execs_first(server) or (isinstance(server, SubServer) and server.pid is None):
+    execs = _execs_first(server)
+    if execs or isinstance(server, SubServer):  # which forks itself again if it died
         startmethods.context("forkserver")  # the socket's folder, before the server starts
-        with platforms.current().launching(exec_follows=_execs_first(server)):
+        with platforms.current().launching(exec_follows=execs):
             server.ensure_running()
     return True
 
@@ -212,7 +221,7 @@ def let_go(role: str) -> None:
     none for a while, such as an executor whose last idle worker left. Only once no
     child launched through it runs: the kernel ends them with it."""
     server = _servers.get(kind_of(role))
-    if isinstance(server, SubServer) and server.adopted and server.pid is not None:
+    if isinstance(server, SubServer) and server.adopted and server.forks_nothing():
         server.let_go()
 
 
@@ -266,15 +275,25 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
         return []  # every child exits through here: one that shares nothing skips psutil
     import psutil
 
-    servers = _own_shared_pids()
     found: dict[int, psutil.Process] = {}
-    for pid in servers:
+    for pid in _own_shared_pids():
         try:
             found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
         except psutil.Error:
             continue
-    for pid in servers:  # one forked from the other: it leaves when this process does
-        found.pop(pid, None)
+    # Our servers, forked one from the other, leave when this process does; and what
+    # one we do not share forked is our children's tree, not the servers'.
+    shared = [_servers[kind] for kind in _shared]
+    for server in _servers.values():
+        if not isinstance(server, SubServer) or server.adopted or server._handle is None:
+            continue
+        found.pop(server._handle.pid, None)
+        try:
+            unshared = [] if server in shared else server._handle.children(recursive=True)
+        except psutil.Error:
+            unshared = []
+        for process in unshared:
+            found.pop(process.pid, None)
     spared: list[psutil.Process] = []
     for pid in skip:
         try:

@@ -95,6 +95,25 @@ class SubServer:
     def pid(self) -> int | None:
         return None if self._handle is None else self._handle.pid
 
+    def running(self) -> bool:
+        """Whether the server runs (asked of the OS, see :meth:`ensure_running`)."""
+        import psutil
+
+        try:
+            handle = self._handle
+            return handle is not None and handle.is_running() and handle.status() != "zombie"
+        except psutil.Error:
+            return False
+
+    def forks_nothing(self) -> bool:
+        """Whether no process it forked runs (nor any, if it does not run)."""
+        import psutil
+
+        try:
+            return not self.running() or not cast("psutil.Process", self._handle).children()
+        except psutil.Error:
+            return True
+
     @property
     def adopted(self) -> bool:
         """Whether its upstream is a server another process started."""
@@ -115,16 +134,11 @@ class SubServer:
         keeps for it: that pipe is the upstream server's, and reads as the server's
         end when the upstream server dies, though ours runs on.
         """
-        import psutil
-
         _resource_tracker_running()
         with self._lock:
             if self._handle is not None:
-                try:
-                    if self._handle.is_running() and self._handle.status() != "zombie":
-                        return
-                except psutil.Error:
-                    pass
+                if self.running():
+                    return
                 self.let_go()
             self._start()
 
@@ -234,13 +248,19 @@ def serve(
     import importlib
     from multiprocessing import forkserver
 
-    from spawnflow.bootstrap import forkserver_guard
+    from spawnflow.bootstrap import forkserver_guard, startmethods
 
     forkserver_guard.install()  # the upstream server's guard was taken back at the fork
+    # The upstream server handed us its "alive" pipe, as it does every child: held
+    # here, by us and all we fork, it would outlive the process that started it.
+    startmethods.release_forkserver()
     if owner is not None:
         platforms.current().name_process(f"{NAME_PREFIX}{owner}")
     for name in preload:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # as multiprocessing's own server does: the child imports it, or says why
     if preload:
         gc.freeze()  # see forkserver_freeze: imported upstream already, so not again
     extra = {} if key is None else {"authkey_r": key}

@@ -171,25 +171,18 @@ def test_a_launchers_server_that_outlives_the_shared_one_is_kept(sharing):
 
 def test_the_database_server_is_forked_from_the_user_one_and_adds_its_preload(sharing):
     """One interpreter for the whole tree: the server of the roles that hold an engine is
-    forked from the other one and imports SQLAlchemy on top, which its children share."""
+    forked from the other one and imports SQLAlchemy on top, which its children share.
+    Seen in a spawned child, whose servers are its own from the start."""
     sharing()
-    began = forkservers.share(settings_module.current(), ["scheduler"])
-    try:
-        database = forkservers.server_for("scheduler")
-        user = forkservers.server_for("test-grandchild")
-        assert psutil.Process(database.pid).ppid() == user._forkserver_pid
-        spec = ChildSpec("scheduler", "tests.fixtures.targets:report_modules")
-        with launch(spec, method="forkserver") as child:
-            child.wait_ready(timeout=120)
-            report = child.channel.recv(timeout=120).values
-            assert psutil.Process(child.pid).ppid() == database.pid
-        assert {"sqlalchemy.orm", "spawnflow.models"} <= set(report["before"])
-        # What it hands its children: this server, which they fork their own from.
-        assert ("database", database.pid) in [
-            (ref.kind, ref.pid) for ref in forkservers.handed_down(shared=True)
-        ]
-    finally:
-        forkservers.unshare(began)
+    spec = ChildSpec("test-supervisor", "tests.fixtures.targets:share_both_servers")
+    with launch(spec, method="spawn") as child:
+        child.wait_ready(timeout=120)
+        report = child.channel.recv(timeout=120).values
+    assert report["database_forked_by"] == report["user"]
+    assert report["child_forked_by"] == report["database"]
+    assert report["child_held"] == ["sqlalchemy.orm", "spawnflow.models"]
+    # What it hands its children: both, which they fork servers of their own from.
+    assert report["handed"] == [["database", report["database"]], ["user", report["user"]]]
 
 
 def test_a_server_of_its_own_that_it_lets_go_leaves_and_the_next_launch_forks_another(

@@ -152,9 +152,10 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
     start_method, home, tmp_path
 ):
     """Under forkserver the whole tree forks from two servers standalone started: one
-    for the processes that hold an engine, one for those that run user code. A process
-    that launches children does so through a server of its own forked from one of the
-    two (named after it), never through an interpreter of its own."""
+    for those that run user code, standalone's child, and one forked from it for the
+    processes that hold an engine. A process that launches children does so through a
+    server of its own forked from one of the two (named after it), never through an
+    interpreter of its own."""
     if start_method != "forkserver":
         pytest.skip("only the forkserver start method has servers")
     if not platforms.current().parent_death_signal:
@@ -164,18 +165,22 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
         # The triggerer starts its runner as it boots: under load, after the task began.
         wait_for(lambda: "trigger-runner" in map(role_of, descendants(standalone)),
                  what="the trigger runner")  # fmt: skip
-        # Its own children: the servers (and multiprocessing's resource tracker).
-        servers = [p for p in psutil.Process(standalone.pid).children() if runs_a_server(p)]
-        parents = [server.ppid() for server in servers]
-        by_server = {server.pid: forked_roles(server) for server in servers}
+        # Its own children: the user server (and multiprocessing's resource tracker).
+        roots = [p for p in psutil.Process(standalone.pid).children() if runs_a_server(p)]
+        # Forked from that one: the database server, which no launcher owns.
+        forked = [
+            p for root in roots for p in root.children()
+            if runs_a_server(p) and not role_of(p).startswith("fs-")
+        ]  # fmt: skip
+        parents = [server.ppid() for server in roots + forked]
+        user, database = (forked_roles(server) for server in roots + forked)
         # Any other process of the tree that runs a server is one of a launcher's own.
         stray = [
             p for p in descendants(standalone)
-            if p not in servers and runs_a_server(p) and not role_of(p).startswith("fs-")
+            if p not in roots + forked and runs_a_server(p) and not role_of(p).startswith("fs-")
         ]  # fmt: skip
         (marks / "open").touch()
-    assert parents == [standalone.pid] * 2
-    database, user = sorted(by_server.values(), key=lambda roles: "task" in str(roles))
+    assert parents == [standalone.pid, roots[0].pid]
     assert {role for role in database if not role.startswith("fs-")} == {
         "dag-processor", "scheduler", "triggerer"
     }  # fmt: skip
