@@ -312,11 +312,15 @@ def _shared_pids() -> list[int]:
 
 
 def _own_shared_pids() -> list[int]:
-    """The servers this process started and shares."""
+    """The servers this process started and shares (one of ours forked from the other,
+    once gone, is reaped at once: its pid may be another process's)."""
     pids = []
     for kind in _shared:
         server = _servers[kind]
-        pid = server.pid if isinstance(server, SubServer) else server._forkserver_pid
+        if isinstance(server, SubServer):
+            pid = server.pid if server.running() else None
+        else:
+            pid = server._forkserver_pid
         pids += [] if pid is None else [pid]
     return pids
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import select
 import socket
+from pathlib import Path
 
 import psutil
 import pytest
@@ -197,6 +198,7 @@ def test_a_server_of_its_own_that_it_lets_go_leaves_and_the_next_launch_forks_an
     try:
         supervisor.wait_ready()
         first = supervisor.channel.recv(timeout=120).values
+        assert first["kept"]  # let go while it forked a child that ran: kept
         assert gone(first["server"], timeout=60)
         supervisor.channel.send(Go(id=1))
         second = supervisor.channel.recv(timeout=120).values
@@ -223,3 +225,32 @@ def test_a_process_handed_servers_shares_them_on_without_forking_its_own_early(s
     finally:
         forkservers.unshare(began)
     assert report == {"began": [], "own": {"user": None, "database": None}}
+
+
+def test_a_whole_tree_stop_of_a_process_sharing_only_user_spares_its_database_server(
+    sharing,
+):
+    """The database server of a process that shares only ``user`` (an executor run by
+    ``spawnflow scheduler``) is a child of the shared one, yet its own: a stop of all
+    its children leaves it running. Nor does it keep the ``user`` server alive: that
+    server leaves with its owner. Seen in a spawned child, whose servers are its own."""
+    sharing()
+    spec = ChildSpec("test-supervisor",
+                     "tests.fixtures.targets:share_only_user_then_stop_the_tree")  # fmt: skip
+    with launch(spec, method="spawn") as child:
+        child.wait_ready(timeout=120)
+        report = child.channel.recv(timeout=120).values
+    assert report["database_runs"] is True
+    assert report["holds_user_alive"] is (False if Path("/proc/self/fd").is_dir() else None)
+
+
+def test_a_database_launch_of_a_process_handed_only_the_user_server_starts_an_interpreter(
+    monkeypatch,
+):
+    """Its database server is then an interpreter of its own (it cannot fork one from a
+    server it does not own): the launch is guarded as one that execs."""
+    ref = forkservers.ServerRef("user", "/nonexistent/listener", 1)
+    monkeypatch.setattr(forkservers, "_servers", {})
+    forkservers.adopt([ref])
+    assert forkservers.starts_by_exec("scheduler") is True
+    assert forkservers.starts_by_exec("test-grandchild") is False

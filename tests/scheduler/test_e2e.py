@@ -167,10 +167,10 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
                  what="the trigger runner")  # fmt: skip
         # Its own children: the user server (and multiprocessing's resource tracker).
         roots = [p for p in psutil.Process(standalone.pid).children() if runs_a_server(p)]
-        # Forked from that one: the database server, which no launcher owns.
+        # Forked from that one: the database server, which forked the scheduler.
         forked = [
             p for root in roots for p in root.children()
-            if runs_a_server(p) and not role_of(p).startswith("fs-")
+            if runs_a_server(p) and "scheduler" in forked_roles(p)
         ]  # fmt: skip
         parents = [server.ppid() for server in roots + forked]
         user, database = (forked_roles(server) for server in roots + forked)
