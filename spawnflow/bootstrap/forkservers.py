@@ -207,12 +207,19 @@ def start_early(settings: Settings, role: str) -> bool:
     if isinstance(server, SubServer) and server.adopted:
         server.ensure_running()
         return False
+    _ensure_running(server)
+    return True
+
+
+def _ensure_running(server: Any) -> None:
+    """Start one of this process's own servers unless it runs (again, if it died)."""
+    from spawnflow.bootstrap import startmethods
+
     execs = _execs_first(server)
-    if execs or isinstance(server, SubServer):  # which forks itself again if it died
+    if execs or (isinstance(server, SubServer) and not server.running()):
         startmethods.context("forkserver")  # the socket's folder, before the server starts
         with platforms.current().launching(exec_follows=execs):
             server.ensure_running()
-    return True
 
 
 def let_go(role: str) -> None:
@@ -227,7 +234,10 @@ def let_go(role: str) -> None:
 
 def handed_down(shared: bool) -> tuple[ServerRef, ...]:
     """What this process hands to a child it launches: the servers it was handed (its
-    whole tree forks from them), and with ``shared`` those it shares."""
+    whole tree forks from them), and with ``shared`` those it shares, started again
+    first if one died (a child handed its old address could launch nothing)."""
+    for kind in _shared if shared else ():
+        _ensure_running(_servers[kind])
     refs = []
     for kind, server in _servers.items():
         if isinstance(server, SubServer):

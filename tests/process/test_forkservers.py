@@ -224,7 +224,7 @@ def test_a_process_handed_servers_shares_them_on_without_forking_its_own_early(s
             report = child.channel.recv(timeout=120).values
     finally:
         forkservers.unshare(began)
-    assert report == {"began": [], "own": {"user": None, "database": None}}
+    assert (report["began"], report["own"]) == ([], {"user": None, "database": None})
 
 
 def test_a_whole_tree_stop_of_a_process_sharing_only_user_spares_its_database_server(
@@ -254,3 +254,17 @@ def test_a_database_launch_of_a_process_handed_only_the_user_server_starts_an_in
     forkservers.adopt([ref])
     assert forkservers.starts_by_exec("scheduler") is True
     assert forkservers.starts_by_exec("test-grandchild") is False
+
+
+def test_a_shared_server_that_died_is_started_again_before_it_is_handed_down(sharing):
+    """A child handed a dead server's address could launch nothing: the launch that
+    hands it down starts it again first. Seen in a spawned child, whose servers are its
+    own from the start."""
+    sharing()
+    spec = ChildSpec("test-supervisor",
+                     "tests.fixtures.targets:hand_down_a_database_server_that_died")  # fmt: skip
+    with launch(spec, method="spawn") as child:
+        child.wait_ready(timeout=120)
+        report = child.channel.recv(timeout=120).values
+    assert report["runs"] is True
+    assert report["handed"] == report["now"] != report["killed"]
