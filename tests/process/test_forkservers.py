@@ -54,6 +54,15 @@ def launch_supervisor(**kwargs) -> tuple:
     return supervisor, report
 
 
+def report_of_a_fresh_process(target: str) -> dict:
+    """What ``target`` (of tests.fixtures.targets) reported in a spawned child: a process
+    whose servers are its own from the start, whatever this worker's tests did to ours."""
+    spec = ChildSpec("test-supervisor", f"tests.fixtures.targets:{target}")
+    with launch(spec, method="spawn") as child:
+        child.wait_ready(timeout=120)
+        return child.channel.recv(timeout=120).values
+
+
 def test_a_grandchild_forks_from_its_supervisors_server_forked_from_ours(sharing):
     sharing()
     supervisor, report = launch_supervisor(grandchild="wait_quietly")
@@ -175,10 +184,7 @@ def test_the_database_server_is_forked_from_the_user_one_and_adds_its_preload(sh
     forked from the other one and imports SQLAlchemy on top, which its children share.
     Seen in a spawned child, whose servers are its own from the start."""
     sharing()
-    spec = ChildSpec("test-supervisor", "tests.fixtures.targets:share_both_servers")
-    with launch(spec, method="spawn") as child:
-        child.wait_ready(timeout=120)
-        report = child.channel.recv(timeout=120).values
+    report = report_of_a_fresh_process("share_both_servers")
     assert report["database_forked_by"] == report["user"]
     assert report["child_forked_by"] == report["database"]
     assert report["child_held"] == ["sqlalchemy.orm", "spawnflow.models"]
@@ -235,11 +241,7 @@ def test_a_whole_tree_stop_of_a_process_sharing_only_user_spares_its_database_se
     its children leaves it running. Nor does it keep the ``user`` server alive: that
     server leaves with its owner. Seen in a spawned child, whose servers are its own."""
     sharing()
-    spec = ChildSpec("test-supervisor",
-                     "tests.fixtures.targets:share_only_user_then_stop_the_tree")  # fmt: skip
-    with launch(spec, method="spawn") as child:
-        child.wait_ready(timeout=120)
-        report = child.channel.recv(timeout=120).values
+    report = report_of_a_fresh_process("share_only_user_then_stop_the_tree")
     assert report["database_runs"] is True
     assert report["holds_user_alive"] is (False if Path("/proc/self/fd").is_dir() else None)
 
@@ -261,10 +263,6 @@ def test_a_shared_server_that_died_is_started_again_before_it_is_handed_down(sha
     hands it down starts it again first. Seen in a spawned child, whose servers are its
     own from the start."""
     sharing()
-    spec = ChildSpec("test-supervisor",
-                     "tests.fixtures.targets:hand_down_a_database_server_that_died")  # fmt: skip
-    with launch(spec, method="spawn") as child:
-        child.wait_ready(timeout=120)
-        report = child.channel.recv(timeout=120).values
+    report = report_of_a_fresh_process("hand_down_a_database_server_that_died")
     assert report["runs"] is True
     assert report["handed"] == report["now"] != report["killed"]
