@@ -31,10 +31,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
 from spawnflow.bootstrap import platform as platforms
-from spawnflow.bootstrap.subservers import ServerRef, SubServer, Upstream, launched_by, routed, runs
+from spawnflow.bootstrap.subservers import ServerRef, SubServer, Upstream, launched_by, routed
 
 if TYPE_CHECKING:
     import psutil
@@ -125,8 +125,8 @@ def server_for(role: str) -> Any:
     return server
 
 
-def _adopted(server: Any) -> TypeGuard[SubServer]:
-    """Whether ``server`` is forked from one that another process started."""
+def _adopted(kind: str) -> bool:
+    server = _servers.get(kind)
     return isinstance(server, SubServer) and server.adopted
 
 
@@ -136,13 +136,25 @@ def _execs_first(server: Any) -> bool:
     from such a server (one forked from a handed-down server is no new interpreter)."""
     if isinstance(server, SubServer):
         return not server.adopted and not server.running() and _execs_first(server.upstream)
-    return server._forkserver_pid is None or not runs(server._forkserver_pid)
+    pid = server._forkserver_pid
+    if pid is None:
+        return True
+    import psutil
+
+    try:  # a server that died and was not reaped yet is a zombie: replaced at the launch
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
 
 
 def starts_by_exec(role: str) -> bool:
     """Whether launching a child of ``role`` under forkserver starts a server's
     interpreter first (see :func:`_execs_first`)."""
-    return _execs_first(server_for(role))
+    kind = kind_of(role)
+    server, root = _servers.get(kind), _servers.get("user")
+    if server is None and kind == "database" and root is not None:
+        return isinstance(root, SubServer) or _execs_first(root)  # its own, or forked
+    return server is None or _execs_first(server)
 
 
 def fork_preload(settings: Settings, roles: Iterable[str]) -> list[str]:
@@ -169,7 +181,7 @@ def share(settings: Settings, roles: Iterable[str]) -> set[str]:
     began = set()
     for role in roles:
         kind = kind_of(role)
-        if kind in _shared or _adopted(_servers.get(kind)):
+        if kind in _shared or _adopted(kind):
             continue  # a handed-down one is handed on; ours from it starts with our launch
         if start_early(settings, role):
             _shared.add(kind)
@@ -192,7 +204,7 @@ def start_early(settings: Settings, role: str) -> bool:
     if startmethods.for_role(settings, role)[0] != "forkserver":
         return False
     server = server_for(role)
-    if _adopted(server):
+    if isinstance(server, SubServer) and server.adopted:
         server.ensure_running()
         return False
     _ensure_running(server)
@@ -216,7 +228,7 @@ def let_go(role: str) -> None:
     none for a while, such as an executor whose last idle worker left. Only once no
     child launched through it runs: the kernel ends them with it."""
     server = _servers.get(kind_of(role))
-    if _adopted(server) and server.forks_nothing():
+    if isinstance(server, SubServer) and server.adopted and server.forks_nothing():
         server.let_go()
 
 
@@ -226,24 +238,18 @@ def handed_down(shared: bool) -> tuple[ServerRef, ...]:
     first if one died (a child handed its old address could launch nothing)."""
     for kind in _shared if shared else ():
         _ensure_running(_servers[kind])
-    handed = [server.upstream.ref for server in _servers.values() if _adopted(server)]
-    return (*handed, *(_own_shared_refs() if shared else ()))
-
-
-def _own_shared_refs() -> list[ServerRef]:
-    """Where the servers this process started and shares listen (those that run)."""
     refs = []
-    for kind in _shared:
-        server = _servers[kind]
+    for kind, server in _servers.items():
         if isinstance(server, SubServer):
-            ref = server.ref(kind)
-        elif server._forkserver_address is None:
-            ref = None
-        else:
+            ref = server.upstream.ref if server.adopted else server.ref(kind)
+            if ref is not None and (server.adopted or (shared and kind in _shared)):
+                refs.append(ref)
+        elif shared and kind in _shared and server._forkserver_address is not None:
             authkey = getattr(server, "_forkserver_authkey", None)
-            ref = ServerRef(kind, server._forkserver_address, server._forkserver_pid, authkey)
-        refs += [] if ref is None else [ref]
-    return refs
+            refs.append(
+                ServerRef(kind, server._forkserver_address, server._forkserver_pid, authkey)
+            )
+    return tuple(refs)
 
 
 def adopt(refs: Iterable[ServerRef]) -> None:
@@ -279,15 +285,25 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
         return []  # every child exits through here: one that shares nothing skips psutil
     import psutil
 
-    found = {p.pid: p for ref in _own_shared_refs() for p in _descendants(ref.pid)}
-    # Our server forked from the other leaves when this process does; and what it forked
-    # while we do not share it is our children's trees, not the servers'.
+    found: dict[int, psutil.Process] = {}
+    for pid in _own_shared_pids():
+        try:
+            found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            continue
+    # Our servers, forked one from the other, leave when this process does; and what
+    # one we do not share forked is our children's tree, not the servers'.
     shared = [_servers[kind] for kind in _shared]
     for server in _servers.values():
-        if isinstance(server, SubServer) and not server.adopted and server.pid is not None:
-            unshared = [] if server in shared else _descendants(server.pid)
-            for pid in [server.pid, *(process.pid for process in unshared)]:
-                found.pop(pid, None)
+        if not isinstance(server, SubServer) or server.adopted or server._handle is None:
+            continue
+        found.pop(server._handle.pid, None)
+        try:
+            unshared = [] if server in shared else server._handle.children(recursive=True)
+        except psutil.Error:
+            unshared = []
+        for process in unshared:
+            found.pop(process.pid, None)
     spared: list[psutil.Process] = []
     for pid in skip:
         try:
@@ -301,17 +317,22 @@ def forked(skip: Iterable[int] = ()) -> list[psutil.Process]:
 def _shared_pids() -> list[int]:
     """The shared servers this process knows: those it started and shares, and those
     it was handed."""
-    refs = [s.upstream.ref for s in _servers.values() if _adopted(s)] + _own_shared_refs()
-    return [ref.pid for ref in refs]
+    handed = [s for s in _servers.values() if isinstance(s, SubServer) and s.adopted]
+    return [server.upstream.ref.pid for server in handed] + _own_shared_pids()
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
-    import psutil
-
-    try:
-        return psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
+def _own_shared_pids() -> list[int]:
+    """The servers this process started and shares (one of ours forked from the other,
+    once gone, is reaped at once: its pid may be another process's)."""
+    pids = []
+    for kind in _shared:
+        server = _servers[kind]
+        if isinstance(server, SubServer):
+            pid = server.pid if server.running() else None
+        else:
+            pid = server._forkserver_pid
+        pids += [] if pid is None else [pid]
+    return pids
 
 
 def _after_fork_in_child() -> None:

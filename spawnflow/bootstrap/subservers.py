@@ -97,7 +97,13 @@ class SubServer:
 
     def running(self) -> bool:
         """Whether the server runs (asked of the OS, see :meth:`ensure_running`)."""
-        return self._handle is not None and runs(self._handle)
+        import psutil
+
+        try:
+            handle = self._handle
+            return handle is not None and handle.is_running() and handle.status() != "zombie"
+        except psutil.Error:
+            return False
 
     def forks_nothing(self) -> bool:
         """Whether no process it forked runs (nor any, if it does not run)."""
@@ -114,13 +120,12 @@ class SubServer:
         return isinstance(self.upstream, Upstream)
 
     def ref(self, kind: str) -> ServerRef | None:
-        """Where it listens, for the children to fork from it; None unless it runs (one
-        that died was reaped at once by its upstream: its pid may be another's)."""
+        """Where it listens, for the children to fork from it; None until it runs."""
         server = self._server
-        if not self.running() or server._forkserver_address is None:
+        if self.pid is None or server._forkserver_address is None:
             return None
         authkey = getattr(server, "_forkserver_authkey", None)
-        return ServerRef(kind, server._forkserver_address, cast(int, self.pid), authkey)
+        return ServerRef(kind, server._forkserver_address, self.pid, authkey)
 
     def ensure_running(self) -> None:
         """Fork the server from ``upstream`` unless it runs (again, if it died).
@@ -223,19 +228,6 @@ class _Passed:
 
 def _received(duplicate: Any) -> int:
     return duplicate.detach()
-
-
-def runs(process: psutil.Process | int) -> bool:
-    """Whether ``process`` runs: it is there, and no zombie (a child that died is one
-    until its parent reaps it)."""
-    import psutil
-
-    try:
-        if isinstance(process, int):
-            process = psutil.Process(process)
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _unlink(address: str) -> None:
