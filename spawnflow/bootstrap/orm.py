@@ -24,7 +24,7 @@ import os
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,8 @@ _inherited: list[Any] = []
 #: stop that unwound a thread may have left in a transaction. A fork child starts
 #: with none: the guard refuses it the parent's.
 _checked_out: dict[int, tuple[int, Any]] = {}
+#: The driver cursors of SQLite connections, weakly: see _close_statements_of.
+_sqlite_cursors: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class ForeignConnectionError(RuntimeError):
@@ -177,8 +179,10 @@ def end_interrupted_work() -> int:
     lock, which the stopping process then waits for itself when it records that it
     stopped (seen: a scheduler stopped cold under load that waited out its busy
     timeout and left its task ``running``). Closing each such connection rolls back
-    what it was in the middle of, and its locks go with it. Call this only where none
-    of the thread's own work can still use one: on the way out after a stop.
+    what it was in the middle of, and its locks go with it (on SQLite, once its
+    unfinished statements are closed: see :func:`_close_statements_of`). Call this
+    only where none of the thread's own work can still use one: on the way out after
+    a stop.
     """
     here = threading.get_ident()
     left = [key for key, (thread, _) in _checked_out.items() if thread == here]
@@ -195,6 +199,31 @@ def _track_checkout(dbapi_connection: Any, record: Any, fairy: Any) -> None:
 
 def _track_checkin(dbapi_connection: Any, record: Any) -> None:
     _checked_out.pop(id(record), None)
+
+
+def _track_sqlite_cursor(connection: Any, cursor: Any, *_: Any) -> None:
+    _sqlite_cursors.add(cursor)
+
+
+def _close_statements_of(dbapi_connection: Any, *_: Any) -> None:
+    """Before a SQLite connection goes back to the pool or is closed: close its cursors
+    that are still open, which a stop can leave in the middle of a result (a traceback
+    keeps them alive while ``finally`` blocks run).
+
+    An unfinished statement holds a transaction of its own. The ROLLBACK of its unit
+    of work then leaves the connection a read transaction, on which every later write
+    fails at once with "database is locked" (WAL: its snapshot is behind, and SQLite
+    calls no busy handler to upgrade a transaction already open); and closing the
+    connection under it makes SQLite keep the connection, write lock and all, until
+    the statement is freed. Seen in a scheduler stopped cold, which could then not
+    record that it stopped. Closing the cursor resets its statement.
+    """
+    import sqlite3  # imported already: a SQLite engine's pool calls this
+
+    for cursor in list(_sqlite_cursors):
+        if cursor.connection is dbapi_connection:
+            with suppress(sqlite3.Error):  # closed with its connection already
+                cursor.close()
 
 
 def dispose_all() -> None:
@@ -324,6 +353,9 @@ def _create_engine(url: str, snapshot: settings_module.Settings) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         event.listen(created, "connect", _sqlite_pragmas(snapshot.database.sqlite_busy_timeout))
         event.listen(created, "begin", _begin)
+        event.listen(created, "before_cursor_execute", _track_sqlite_cursor)
+        for name in ("reset", "invalidate", "close", "close_detached"):
+            event.listen(created, name, _close_statements_of)
     return created
 
 
@@ -457,6 +489,7 @@ def _after_fork_in_child() -> None:
     for key in [k for k in _pinned if k[0] != pid]:
         _inherited.append(_pinned.pop(key))
     _checked_out.clear()  # the parent's, by the parent's threads
+    _sqlite_cursors.clear()  # the parent's: closing one would reset the parent's statement
 
 
 platforms.at_fork_in_child(_after_fork_in_child)

@@ -143,3 +143,74 @@ def test_end_interrupted_work_rolls_back_what_a_stop_left_open_in_this_thread(
     assert elsewhere[0].scalar(select(Variable.value)) == "after"  # still usable
     elsewhere[0].close()
     left_open.close()
+
+
+@pytest.mark.parametrize(
+    "cut_off", ["inside execute", "in a write still out of the pool", "after its rollback"]
+)
+def test_a_statement_a_stop_cut_off_mid_rows_leaves_no_lock_behind(migrated_database, cut_off):
+    """A stop can cut a query off in the middle of its rows, and the traceback keeps its
+    cursor while ``finally`` blocks run. On SQLite the statement holds a transaction:
+    closing its connection under it (SQLAlchemy does, when the stop lands inside
+    ``execute``; :func:`orm.end_interrupted_work` does) left SQLite keeping the
+    connection and its write lock; and after the rollback of its unit of work it kept a
+    read transaction, on which every later write of that pooled connection failed at
+    once ("database is locked": the scheduler that could not record its cold stop)."""
+    import sqlalchemy as sa
+    from sqlalchemy import event, select
+
+    from spawnflow.bootstrap import lifecycle
+    from spawnflow.models.run import Variable
+
+    with orm.session_scope() as session:
+        session.add_all(Variable(key=f"k{i}", value="before") for i in range(5))
+    kept: list = []  # what the traceback of a stop keeps alive
+    if cut_off == "inside execute":
+        left_open = orm.engine().connect()
+        left_open.begin()
+        left_open.execute(Variable.__table__.update().values(value="half-written"))
+
+        def stop_after_select(conn, cursor, statement, *_) -> None:
+            if statement.startswith("SELECT"):  # the first row is read: rows are left
+                raise lifecycle.WarmStop()  # as a second stop request does
+
+        event.listen(left_open, "after_cursor_execute", stop_after_select)
+        with pytest.raises(lifecycle.WarmStop) as stopped:
+            left_open.execute(select(Variable.key))
+        kept.append(stopped)
+        assert left_open.invalidated  # by SQLAlchemy, on the way out
+    elif cut_off == "in a write still out of the pool":
+        left_open = orm.engine().connect()
+        left_open.begin()
+        left_open.execute(Variable.__table__.update().values(value="half-written"))
+        kept.append(left_open.execute(select(Variable.key)))
+        kept[0].fetchone()
+        assert orm.end_interrupted_work() == 1
+    else:
+
+        def read_until_stopped() -> None:
+            with orm.session_scope(write=False) as session:
+                # (The ORM fetches every row at once; SQLAlchemy Core row by row.)
+                kept.append(session.connection().execute(select(Variable.key)))
+                kept[0].fetchone()
+                raise lifecycle.WarmStop()
+
+        with pytest.raises(lifecycle.WarmStop):
+            read_until_stopped()
+        # Another process writes meanwhile: the statement's snapshot is now behind.
+        other = sa.create_engine(migrated_database.database.url)
+        try:
+            with other.begin() as connection:
+                connection.execute(Variable.__table__.update().values(value="elsewhere"))
+        finally:
+            other.dispose()
+
+    # A lock left behind makes this wait out [database] sqlite_busy_timeout, then fail.
+    with orm.session_scope() as session:
+        bound = {"postgresql": "SET LOCAL lock_timeout = '10s'",
+                 "mysql": "SET SESSION innodb_lock_wait_timeout = 10"}  # fmt: skip
+        if session.get_bind().dialect.name in bound:
+            session.execute(sa.text(bound[session.get_bind().dialect.name]))
+        session.execute(Variable.__table__.update().values(value="after"))
+    with orm.session_scope(write=False) as session:
+        assert set(session.scalars(select(Variable.value))) == {"after"}
