@@ -145,7 +145,7 @@ def main() -> None:
 
     DagFileProcessorManager(snapshot).run(once=True)
     task_ids = ["noop"] + [f"noop__{n}" for n in range(1, 5)]
-    scheduler = Scheduler(snapshot, executor=Idle())
+    scheduler = Scheduler(snapshot, executor=Idle(snapshot))
     scheduler._register()  # as run() does first
     figures: dict[int, tuple[float, float]] = {}
     written = 0
