@@ -63,7 +63,8 @@ def scheduler_command(state: State, num_loops: int | None, exit_when_idle: bool)
 
 @click.command("standalone", short_help="Run the Dag processor and the scheduler together.")
 @click.option("--exit-when-idle", is_flag=True,
-              help="Exit once every Dag run that was due has finished.")  # fmt: skip
+              help="Exit once every component is up and every Dag run that was due "
+                   "has finished.")  # fmt: skip
 @pass_state
 def standalone_command(state: State, exit_when_idle: bool) -> None:
     """Migrate the database if needed, then run the Dag processor and the scheduler (with

@@ -95,10 +95,7 @@ def run(
                 if processor is not None and scheduler is not None and idle_after is None:
                     # Dags from the first pass count only once the scheduler saw them.
                     idle_after = scheduler.loops + 1
-                if (
-                    idle_after is not None and scheduler is not None and scheduler.idle
-                    and scheduler.loops > idle_after
-                ):  # fmt: skip
+                if idle_after is not None and all_idle(statuses, idle_after):
                     return idle_outcome(statuses)
     except lifecycle.WarmStop:  # a second request before the loop saw the first
         return Outcome("stopped at once", _stopped_code(), statuses)
@@ -110,6 +107,18 @@ def run(
         ended_cold = [c for c in children.values() if c.exit_status and c.exit_status.cold]
         if any(child.role == "scheduler" for child in ended_cold):
             _release_what_it_ran(settings, children["scheduler"].pid)
+
+
+def all_idle(statuses: dict[str, ComponentStatus], idle_after: int) -> bool:
+    """Whether ``--exit-when-idle`` ends here: the scheduler is idle after its loop
+    ``idle_after``, and every component has reported. One that is still starting (a
+    triggerer on a busy machine can come up after the runs ended) is not stopped in the
+    middle of its start, and the last status shows each component as it ran."""
+    scheduler = statuses.get("scheduler")
+    return (
+        all(role in statuses for role in COMPONENTS)
+        and scheduler is not None and scheduler.idle and scheduler.loops > idle_after
+    )  # fmt: skip
 
 
 def idle_outcome(statuses: dict[str, ComponentStatus]) -> Outcome:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from spawnflow.comms import ComponentStatus
-from spawnflow.services.standalone import idle_outcome
+from spawnflow.services.standalone import all_idle, idle_outcome
 from tests.scheduler.test_e2e import environment, query, spawnflow
 
 pytestmark = pytest.mark.process
@@ -74,8 +74,8 @@ def test_a_failed_run_and_an_import_error_make_standalone_exit_non_zero(
     assert all(e["seconds"] > 0 for e in said if e["event"].endswith("finished"))
 
 
-def _status(role: str, **counts: int) -> ComponentStatus:
-    return ComponentStatus(role=role, loops=3, idle=True, text="", **counts)
+def _status(role: str, **fields: int | bool) -> ComponentStatus:
+    return ComponentStatus(**{"role": role, "loops": 3, "idle": True, "text": "", **fields})
 
 
 @pytest.mark.parametrize(
@@ -93,3 +93,19 @@ def test_the_idle_outcome_counts_runs_and_import_errors(failed, errors, code, re
         "dag-processor": _status("dag-processor", import_errors=errors),
     })  # fmt: skip
     assert (outcome.exit_code, outcome.reason) == (code, reason)
+
+
+def test_standalone_is_not_idle_while_a_component_is_still_starting():
+    """The runs can end before a slow machine has the triggerer up: ``--exit-when-idle``
+    waits for its first status rather than stop it in the middle of its start (CI saw
+    the live view end on "triggerer: starting")."""
+    statuses = {
+        "dag-processor": _status("dag-processor"),
+        "scheduler": _status("scheduler", loops=5, idle=True),
+    }
+    assert not all_idle(statuses, idle_after=3)
+    statuses["triggerer"] = _status("triggerer")
+    assert all_idle(statuses, idle_after=3)
+    assert not all_idle(statuses, idle_after=5)  # the scheduler's loop after the first pass
+    statuses["scheduler"] = _status("scheduler", loops=6, idle=False)
+    assert not all_idle(statuses, idle_after=3)
