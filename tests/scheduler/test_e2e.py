@@ -191,6 +191,41 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
     assert stray == []
 
 
+def test_the_dag_processors_own_server_leaves_between_passes(start_method, home, tmp_path):
+    """Under forkserver the Dag processor forks its parsers from a server of its own:
+    once a pass is over, no parser runs and that server leaves too (an idle tree holds
+    neither), and the next pass that parses forks another from the shared one."""
+    if start_method != "forkserver":
+        pytest.skip("only the forkserver start method has servers")
+    if not platforms.current().parent_death_signal:
+        pytest.skip("only Linux names each launcher's own server after it")
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false")
+    assert spawnflow("db", "migrate", env=env).returncode == 0
+
+    def known(dag_id: str) -> bool:
+        return dag_id in spawnflow("dags", "list", env=env).stdout
+
+    def own_server_of(pid: int) -> list[psutil.Process]:
+        return [p for p in descendants(standalone) if role_of(p) == f"fs-{pid}"]
+
+    standalone = start("standalone", env=env)
+    try:
+        wait_for(lambda: known("held"), what="the Dags to be parsed")
+        processor = [p for p in descendants(standalone) if role_of(p) == "dag-processor"]
+        wait_for(lambda: not own_server_of(processor[0].pid),
+                 what="the Dag processor's own server to leave after its pass")  # fmt: skip
+        (dags / "added.py").write_text(
+            "from spawnflow import Dag, task\n\n\n@task\ndef noop():\n    pass\n\n\n"
+            'with Dag("added"):\n    noop()\n'
+        )
+        wait_for(lambda: known("added"), what="the next pass to parse a new file")
+    finally:
+        kill_if_running(standalone)
+
+
 def runs_a_server(process: psutil.Process) -> bool:
     """Whether ``process`` runs a forkserver's loop (its children inherit its command
     line, not its name)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from spawnflow.bootstrap import launcher, lifecycle, logs, orm, outage
+from spawnflow.bootstrap import forkservers, launcher, lifecycle, logs, orm, outage
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.processors.dag_processor import asset_refs, files, partition_mapping, store
 from spawnflow.processors.dag_processor.parsing import ParserPool
@@ -129,6 +129,10 @@ class DagFileProcessorManager:
                 summary.parsed += 1
                 summary.largest_parser_rss = max(summary.largest_parser_rss, outcome.peak_rss or 0)
         summary.parsers, summary.recycled = pool.started, pool.recycled
+        if pool.started:
+            # Between passes no parser runs: under forkserver, neither does the server of
+            # ours that forked them (the next pass forks another from the shared one).
+            forkservers.let_go("file-parser")
         # A Dag that moved from one file to another in this pass: once every file
         # has been stored, the file it left no longer holds it.
         for outcome in contested:
