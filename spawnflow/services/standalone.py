@@ -114,11 +114,10 @@ def all_idle(statuses: dict[str, ComponentStatus], idle_after: int) -> bool:
     ``idle_after``, and every component has reported. One that is still starting (a
     triggerer on a busy machine can come up after the runs ended) is not stopped in the
     middle of its start, and the last status shows each component as it ran."""
-    scheduler = statuses.get("scheduler")
-    return (
-        all(role in statuses for role in COMPONENTS)
-        and scheduler is not None and scheduler.idle and scheduler.loops > idle_after
-    )  # fmt: skip
+    if not all(role in statuses for role in COMPONENTS):
+        return False
+    scheduler = statuses["scheduler"]
+    return scheduler.idle and scheduler.loops > idle_after
 
 
 def idle_outcome(statuses: dict[str, ComponentStatus]) -> Outcome:
