@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from spawnflow.bootstrap import platform as platforms
 from tests.oskit import press_ctrl_c, start_in_console
 
 pytestmark = pytest.mark.process
@@ -54,3 +55,50 @@ def test_a_ctrl_c_while_a_child_boots_does_not_end_it(start_method, tmp_path, ho
     assert process.returncode == 0, err
     assert out.splitlines()[-1] == "ready; interrupts seen by the parent: 1"
     assert "Traceback" not in err
+
+
+# Run as a script: a Ctrl-C pressed while the launch starts multiprocessing's resource
+# tracker, which spawn and a forkserver's start need first (it comes from the script
+# itself, as the tracker starts: no timing involved).
+TRACKER_SCRIPT = """
+import os, signal
+if __name__ == "__main__":
+    from multiprocessing import resource_tracker
+    from spawnflow.bootstrap import settings
+    from spawnflow.bootstrap.launcher import ChildSpec, launch
+    interrupts = []
+    signal.signal(signal.SIGINT, lambda *_: interrupts.append(1))  # the top-level command's
+    tracker = resource_tracker._resource_tracker
+    starts = tracker.ensure_running
+
+    def pressed_while_it_starts():
+        if tracker._fd is None:
+            os.kill(os.getpid(), signal.SIGINT)
+        starts()
+
+    resource_tracker.ensure_running = tracker.ensure_running = pressed_while_it_starts
+    settings.install(settings.resolve())
+    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
+                   method={method!r})
+    child.wait_ready(timeout=120)
+    print("interrupts seen by the parent:", len(interrupts), flush=True)
+    child.stop(grace=5)
+"""
+
+
+def test_a_ctrl_c_while_a_launch_starts_the_resource_tracker_reaches_the_parent(
+    start_method, tmp_path, home
+):
+    """The standard library starts its resource tracker with SIGINT blocked and then
+    unblocks it: inside the launch's window, where SIGINT is ignored, that discarded a
+    Ctrl-C pressed meanwhile (a triggerer that never stopped)."""
+    if start_method == "fork":
+        pytest.skip("a fork launch starts no interpreter and needs no resource tracker")
+    if not platforms.current().process_groups:
+        pytest.skip("Windows has no resource tracker; its console's Ctrl-C is its own")
+    script = tmp_path / "launch_one.py"
+    script.write_text(TRACKER_SCRIPT.format(method=start_method))
+    done = subprocess.run([sys.executable, str(script)], cwd=Path(__file__).parents[2],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "interrupts seen by the parent: 1", done.stderr

@@ -117,7 +117,16 @@ class Platform(msgspec.Struct, frozen=True):
         born ignoring the console's Ctrl-C (see :meth:`shield_from_console`); on POSIX it
         is born deaf to SIGINT until it leads its own group (see
         :meth:`enter_own_process_group`). ``exec_follows``: the start runs a new
-        interpreter from this process (see ``startmethods.starts_by_exec``)."""
+        interpreter from this process (see ``startmethods.starts_by_exec``).
+
+        Such a start first needs multiprocessing's resource tracker (POSIX), which is
+        started here if it does not run, before SIGINT is held: the standard library
+        starts it with SIGINT blocked and unblocks it afterwards, which inside the
+        window would deliver a Ctrl-C that came meanwhile while SIGINT is ignored,
+        discarding it (seen: a triggerer that never stopped on a Ctrl-C pressed while it
+        started its first runner)."""
+        if exec_follows and sys.platform != "win32":
+            _posix.resource_tracker_running()
         if self.console_broadcast and sys.platform == "win32":
             with _windows.children_born_ignoring_ctrl_c():
                 yield

@@ -152,6 +152,13 @@ if sys.platform != "win32":
             waited += pause
             pause = min(2 * pause, 1.0)
 
+    def resource_tracker_running() -> None:
+        """Start multiprocessing's resource tracker unless it runs: what a spawn launch
+        and a forkserver's start do first (see ``Platform.launching``)."""
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+
     def signal_on_input(fd: int) -> None:
         """Have the kernel send :data:`IO_SIGNAL` to this process when ``fd`` (a pipe's read
         end) becomes readable or its last writer closes it (``O_ASYNC``)."""
