@@ -766,6 +766,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "triggerer",
+        "runner_idle_timeout",
+        _seconds(0),
+        60.0,
+        "Seconds the trigger runner may run no trigger before it leaves; the first trigger "
+        "to run after that starts one. 0: the runner stays once started.",
+    ),
+    Option(
+        "triggerer",
         "heartbeat_timeout",
         _seconds(1),
         30.0,

@@ -125,12 +125,34 @@ def test_standalone_runs_the_example_dags_until_idle(start_method, home, tmp_pat
     ), branching  # fmt: skip
 
 
+#: A Dag whose task defers until ``marks/open`` exists: the triggerer then runs a runner.
+DEFERS = """
+from spawnflow import Dag, FileTrigger, TaskDeferred, task
+
+with Dag("defers"):
+    @task
+    def defers():
+        raise TaskDeferred(trigger=FileTrigger({gate!r}, poll_interval=0.1),
+                           method_name="resume")
+
+    defers()
+
+
+def resume(event):
+    return None
+"""
+
+
 @contextmanager
-def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: str):
+def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: str,
+                              defer: bool = False):  # fmt: skip
     """``spawnflow standalone`` running the held task, which finishes once ``marks/open``
-    exists: (the process, its descendants, the database URL, the marks folder)."""
+    exists, and with ``defer`` a deferred task waiting for the same file: (the process,
+    its descendants, the database URL, the marks folder)."""
     marks, dags = tmp_path / "marks", tmp_path / "dags"
     harness.write_dags(dags, marks)
+    if defer:
+        (dags / "defers.py").write_text(DEFERS.format(gate=str(marks / "open")))
     url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
     env = environment(home, method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
                       SPAWNFLOW__CORE__STOP_GRACE_PERIOD=grace)  # fmt: skip
@@ -143,6 +165,9 @@ def standalone_holding_a_task(home: Path, method: str, tmp_path: Path, grace: st
         # Its code runs: the task process has booted. (A Windows console's Ctrl-C that
         # finds a child still booting, before it could shield itself, kills it.)
         wait_for(lambda: (marks / "hold-started").exists(), what="the held task to run")
+        if defer:
+            wait_for(lambda: spawnflow("dags", "trigger", "defers", env=env).returncode == 0,
+                     what="the deferring Dag to be known")  # fmt: skip
         yield standalone, descendants(standalone), url, marks
     finally:
         kill_if_running(standalone)
@@ -160,11 +185,13 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
         pytest.skip("only the forkserver start method has servers")
     if not platforms.current().parent_death_signal:
         pytest.skip("only Linux names each launcher's own server after it")
-    with standalone_holding_a_task(home, start_method, tmp_path, grace="3") as held:
+    with standalone_holding_a_task(home, start_method, tmp_path, grace="3", defer=True) as held:
         standalone, _, _, marks = held
-        # The triggerer starts its runner as it boots: under load, after the task began.
-        wait_for(lambda: "trigger-runner" in map(role_of, descendants(standalone)),
-                 what="the trigger runner")  # fmt: skip
+        # The triggerer starts a runner once the deferred task's trigger waits; that
+        # task's process has left by then, or leaves a moment later.
+        wait_for(lambda: "trigger-runner" in map(role_of, descendants(standalone))
+                 and list(map(role_of, descendants(standalone))).count("task") == 1,
+                 what="the trigger runner, and the held task alone running")  # fmt: skip
         # Its own children: the user server (and multiprocessing's resource tracker).
         roots = [p for p in psutil.Process(standalone.pid).children() if runs_a_server(p)]
         # Forked from that one: the database server, which forked the scheduler.
@@ -184,8 +211,9 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
     assert {role for role in database if not role.startswith("fs-")} == {
         "dag-processor", "scheduler", "triggerer"
     }  # fmt: skip
-    # Each launcher's own server, and what it forked.
-    assert database["fs-scheduler"] == ["executor-worker"]
+    # Each launcher's own server, and what it forked: two workers (the held task's, and
+    # the deferred one's, idle now), one task.
+    assert database["fs-scheduler"] == ["executor-worker", "executor-worker"]
     assert user["fs-executor-worker"] == ["task"]
     assert user["fs-triggerer"] == ["trigger-runner"]
     assert stray == []
@@ -238,16 +266,16 @@ def runs_a_server(process: psutil.Process) -> bool:
 
 
 def forked_roles(server: psutil.Process) -> dict[str, object]:
-    """What a shared server forked by role; each server of a launcher (``fs-<pid>``)
-    under ``fs-<the launcher's role>``, with the sorted roles of what it forked."""
+    """What a shared server forked by role; the servers of launchers (``fs-<pid>``)
+    under ``fs-<the launchers' role>``, with the sorted roles of what they forked."""
     found: dict[str, object] = {}
     for process in server.children():
         role = role_of(process)
         if role.startswith("fs-") and role[3:].isdigit():
-            owner = role_of(int(role[3:]))
-            found[f"fs-{owner}"] = sorted(
-                r for r in map(role_of, process.children()) if r != "gone"
-            )
+            key = f"fs-{role_of(int(role[3:]))}"
+            before = found.get(key)
+            forked = [r for r in map(role_of, process.children()) if r != "gone"]
+            found[key] = sorted((before if isinstance(before, list) else []) + forked)
         elif role != "gone" and not role.startswith("python"):
             # (A child forked this instant is named after its role a moment later.)
             found[role] = True

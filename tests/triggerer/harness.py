@@ -207,13 +207,16 @@ with Dag("consumes_the_drops", schedule=WATCHED):
 """
 
 
-def write_dags(folder: Path, gates: Path, marks: Path) -> None:
+def write_dags(folder: Path, gates: Path, marks: Path, watchers: bool = True) -> None:
+    """The Dags above in ``folder``; without ``watchers``, none with an asset watcher
+    (whose trigger runs as long as its Dag is there)."""
     for path in (folder, gates, gates / "drops", marks):
         path.mkdir(parents=True, exist_ok=True)
     (folder / "deferral_helpers.py").write_text(HELPERS)
     (folder / ".spawnflowignore").write_text("deferral_helpers.py\n")
+    dags = DAGS if watchers else DAGS.split("\nWATCHED = ")[0]
     (folder / "deferring.py").write_text(
-        "import json\n" + DAGS.format(gates=str(gates), marks=str(marks))
+        "import json\n" + dags.format(gates=str(gates), marks=str(marks))
     )
 
 

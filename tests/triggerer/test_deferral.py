@@ -33,11 +33,11 @@ def deferring(start_method, make_settings, tmp_path, deferral_url):
     return set_up(start_method, make_settings, tmp_path, deferral_url)
 
 
-def set_up(start_method, make_settings, tmp_path, url, **extra):
+def set_up(start_method, make_settings, tmp_path, url, watchers=True, **extra):
     from spawnflow.models import schema
 
     gates, marks = tmp_path / "gates", tmp_path / "marks"
-    write_dags(tmp_path / "dags", gates, marks)
+    write_dags(tmp_path / "dags", gates, marks, watchers=watchers)
     settings = make_settings(**{
         "database.url": url, "core.dags_folder": str(tmp_path / "dags"),
         "core.load_examples": "false", "core.mp_start_method": start_method,
@@ -82,6 +82,76 @@ def test_a_deferred_task_frees_its_worker_and_resumes_with_the_event(deferring):
     assert len(marks_of(marks, "waits-started")) == 1  # the task ran once, then resumed
     assert [line.split()[1] for line in marks_of(marks, "waits-resumed")] == ["1"]
     assert trigger_rows() == []  # the fired trigger is gone
+
+
+def test_the_trigger_runner_starts_for_a_trigger_and_leaves_once_idle(
+    start_method, make_settings, tmp_path, deferral_url
+):
+    """An idle triggerer holds no runner: one starts once a trigger waits, leaves once
+    it has run none for [triggerer] runner_idle_timeout, and the next trigger that
+    waits starts another."""
+    settings, _, marks = set_up(
+        start_method,
+        make_settings,
+        tmp_path,
+        deferral_url,
+        watchers=False,
+        **{"triggerer.runner_idle_timeout": "1"},
+    )
+    log = settings.logging.base_log_folder / "triggerer.log"
+
+    def started() -> list[int]:
+        return [e["runner_pid"] for e in log_events(log) if e["event"] == "trigger runner started"]
+
+    triggerer = start_triggerer(settings)
+    try:
+        # Each turn heartbeats the triggerer's row: two turns with nothing to run.
+        wait_for(heartbeats_seen(3), "two turns of the triggerer")
+        assert started() == []
+        waiting = harness.trigger("waits_for_a_gate")
+        opener: list[int] = []
+
+        def open_the_gate_once_it_waits(_summary) -> None:
+            if not opener and task_instance(waiting, "waits").state == TaskState.DEFERRED:
+                opener.append(harness.trigger("opens_the_gate"))
+
+        schedule_until(settings, None, lambda: harness.finished(waiting),
+                       on_loop=open_the_gate_once_it_waits)  # fmt: skip
+        (first,) = started()
+        wait_for(lambda: "trigger runner idle; letting it go" in events_of(log),
+                 "the idle runner to be let go")  # fmt: skip
+        assert wait_for_gone(first)
+        again = harness.trigger("waits_for_a_gate")  # its gate is open: it fires at once
+        schedule_until(settings, {again}, lambda: harness.finished(again))
+    finally:
+        triggerer.stop(grace=5)
+
+    assert [task_instance(run, "waits").state for run in (waiting, again)] == ["success"] * 2
+    assert len(marks_of(marks, "waits-resumed")) == 2
+    assert len(started()) == 2  # a second runner, after the first left
+
+
+def heartbeats_seen(count: int):
+    """A condition: the triggerer's job row has had ``count`` heartbeats (its
+    registration's and one per turn) since the first call."""
+    from sqlalchemy import select
+
+    from spawnflow.bootstrap import orm
+    from spawnflow.models.job import Job
+
+    seen: set = set()
+
+    def check() -> bool:
+        with orm.session_scope(write=False) as session:
+            query = select(Job.latest_heartbeat).where(Job.job_type == "triggerer")
+            seen.update(session.scalars(query))
+        return len(seen) >= count
+
+    return check
+
+
+def events_of(path) -> list[str]:
+    return [e.get("event") for e in log_events(path)]
 
 
 def test_a_trigger_that_does_not_fire_in_time_fails_the_try_saying_so(deferring):

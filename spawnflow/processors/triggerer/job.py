@@ -1,20 +1,23 @@
 """The triggerer (role ``triggerer``): claims triggers and feeds them to its runner.
 
 It owns the database; the triggers run in its child, the trigger runner (role
-``trigger-runner``, no database), on one event loop. Each turn: heartbeat; write the
-events the runner reported; claim triggers nobody live runs (up to ``[triggerer]
-capacity``); tell the runner to start what it now holds and cancel what it no longer
-does (another triggerer took it over, or nobody waits any more); delete triggers no
-task waits for. Between turns it services the runner through the watch loop,
-answering its state store and lookup requests at once.
+``trigger-runner``, no database), on one event loop. The runner starts once a trigger
+waits for one, and leaves once it has run none for ``[triggerer] runner_idle_timeout``:
+an idle triggerer holds no runner, as an idle executor holds no worker. Each turn:
+heartbeat; write the events the runner reported; claim triggers nobody live runs (up to
+``[triggerer] capacity``); start a runner if one is needed, or let an idle one go; tell
+the runner to start what it now holds and cancel what it no longer does (another
+triggerer took it over, or nobody waits any more); delete triggers no task waits for.
+Between turns it services the runner through the watch loop, answering its state store
+and lookup requests at once.
 
 An event is written in a transaction of its own and forgotten only once committed;
 after a database outage the turn runs again from its start. A runner that dies is
-started again (after a pause that doubles when it cannot boot; the third failure in a
-row stops the triggerer with its reason) and gets every trigger again. On a warm stop
-the runner cancels its triggers and the triggerer releases them, so another triggerer
-takes them over at once; a triggerer killed outright is taken over once its heartbeat
-is ``[triggerer] heartbeat_timeout`` old.
+replaced while triggers wait (after a pause that doubles when it cannot boot; the third
+failure in a row stops the triggerer with its reason) and the next one gets every
+trigger again. On a warm stop the runner cancels its triggers and the triggerer
+releases them, so another triggerer takes them over at once; a triggerer killed
+outright is taken over once its heartbeat is ``[triggerer] heartbeat_timeout`` old.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import exc
 
-from spawnflow.bootstrap import launcher, lifecycle, logs, orm, outage, wire
+from spawnflow.bootstrap import forkservers, launcher, lifecycle, logs, orm, outage, wire
 from spawnflow.bootstrap.child import ChildBootError, ExitStatus
 from spawnflow.bootstrap.settings import Settings
 from spawnflow.bootstrap.watch import Watch, Watched
@@ -96,6 +99,9 @@ class Triggerer:
         #: the next one, and when it may start.
         self._failures = 0
         self._relaunch_at: float | None = None
+        #: Since when the runner runs no trigger and none waits; whether it is leaving.
+        self._idle_since: float | None = None
+        self._retiring = False
         self._bag = runs.DagBag()
         #: What this triggerer held at its last turn that reached the database.
         self._held: list[claims.Assigned] = []
@@ -110,10 +116,8 @@ class Triggerer:
         except outage.GaveUp:
             log.warning("stopped before it began: the database is out of reach")
             return
-        self._launch_runner()
         try:
             while not lifecycle.stop_requested.is_set():
-                self._relaunch_if_due()
                 try:
                     summary = outage.ride_out(
                         self._turn, what="running a triggerer loop",
@@ -160,7 +164,7 @@ class Triggerer:
         (nobody takes those over until a heartbeat timeout after the database is back,
         so they are still this triggerer's to run)."""
         self.watch.wait(0)
-        self._relaunch_if_due()
+        self._tend_runner()
         self._sync(self._held)
 
     # -- one turn -------------------------------------------------------------------------
@@ -189,6 +193,7 @@ class Triggerer:
                 with orm.session_scope() as session:
                     claims.clean_unused(session)
         self._held = held
+        self._tend_runner()
         self._sync(held)
         return TriggererSummary(self.loops, len(self.sent), claimed, events)
 
@@ -222,6 +227,8 @@ class Triggerer:
         runner = self.runner
         if runner is None or runner.ready is None or runner.exit_status is not None:
             return  # the triggers go to the next runner, once it is ready
+        if self._retiring:
+            return  # it cancels what it runs and leaves: they go to the next one
         wanted = {assigned.trigger_id: assigned for assigned in held}
         for trigger_id in sorted(set(self.sent) - set(wanted)):
             self._send(CancelTrigger(trigger_id=trigger_id))
@@ -249,9 +256,28 @@ class Triggerer:
 
     # -- the runner ---------------------------------------------------------------------
 
-    def _relaunch_if_due(self) -> None:
-        if self.runner is None and time.monotonic() >= (self._relaunch_at or 0.0):
-            self._launch_runner()
+    def _tend_runner(self) -> None:
+        """Start a runner once a trigger waits for one (after a failed runner's pause),
+        and let one go that has run no trigger, with none waiting, for ``[triggerer]
+        runner_idle_timeout`` (0: it stays)."""
+        now = time.monotonic()
+        if self.runner is None:
+            if self._held and now >= (self._relaunch_at or 0.0):
+                self._launch_runner()
+            return
+        if self._held or self.sent or self._retiring:
+            self._idle_since = None
+            return
+        if self._idle_since is None:
+            self._idle_since = now
+        limit = self.settings.triggerer.runner_idle_timeout
+        watched = next((w for w in self.watch.watched if w.child is self.runner), None)
+        if not limit or now - self._idle_since < limit or watched is None:
+            return
+        self._retiring = True
+        log.info("trigger runner idle; letting it go", runner_pid=self.runner.pid,
+                 idle_seconds=round(now - self._idle_since, 1))  # fmt: skip
+        self.watch.stop(watched)
 
     def _launch_runner(self) -> None:
         spec = launcher.ChildSpec(
@@ -267,6 +293,7 @@ class Triggerer:
 
     def _on_ready(self, watched: Watched) -> None:
         self._ready_at = time.monotonic()
+        self._sync(self._held)  # what waits for it, now rather than at the next turn
 
     def _on_message(self, watched: Watched, message: wire.Message) -> None:
         if isinstance(message, TriggerFired | TriggerEnded):
@@ -315,15 +342,23 @@ class Triggerer:
                                         max_size=self.settings.core.max_xcom_size)  # fmt: skip
 
     def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
-        """The runner died: another starts, after a pause if this one lived only briefly
-        (a trigger that crashes its process must not make a tight loop)."""
+        """The runner died: another starts while triggers wait, after a pause if this one
+        lived only briefly (a trigger that crashes its process must not make a tight
+        loop); or an idle one left. Under forkserver the server of ours that forked it
+        goes too: the next runner forks from the shared one again."""
         self.runner = None
         self.sent.clear()
+        self._idle_since = None
+        forkservers.let_go("trigger-runner")
+        if self._retiring:
+            self._retiring = False
+            log.debug("idle trigger runner left", status=status.describe())
+            return
         lived = time.monotonic() - self._ready_at
         self._failures = self._failures + 1 if lived < 10.0 else 0
         pause = 0.0 if not self._failures else min(60.0, 2.0 ** (self._failures - 1))
         self._relaunch_at = time.monotonic() + pause
-        log.warning("trigger runner ended; starting another", status=status.describe(),
+        log.warning("trigger runner ended; another starts for what waits", status=status.describe(),
                     pause_seconds=pause)  # fmt: skip
 
     def _on_boot_failure(self, watched: Watched, error: ChildBootError) -> None:
