@@ -88,6 +88,8 @@ _unwinding = False
 _now = False
 #: Interrupts of the main thread that the control pipe's watcher asked for.
 _control_interrupts = 0
+#: The ``sys.unraisablehook`` before :func:`install` put its own in front.
+_previous_unraisablehook: Any = None
 
 
 class WarmStop(SystemExit):
@@ -161,8 +163,13 @@ def install(
     ``kill_with_parent`` makes an orphan kill its own tree and leave at once.
     """
     import signal
+    import sys
 
     platform = platform or platforms.current()
+    if sys.unraisablehook is not _on_unraisable:
+        global _previous_unraisablehook
+        _previous_unraisablehook = sys.unraisablehook
+        sys.unraisablehook = _on_unraisable
     signal.signal(signal.SIGTERM, _on_stop_request)
     if child and platform.console_broadcast:
         # A Windows console sends Ctrl-C to every process attached to it: only the
@@ -208,6 +215,19 @@ def _on_stop_request(signum: int, frame: Any) -> None:
     # clean-up (stopping our own children) but make it cold.
     _unwinding = True
     raise WarmStop()
+
+
+def _on_unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook``: a :class:`WarmStop` that a stop request's handler raised
+    where Python cannot raise (a finalizer, a weakref callback such as the one an
+    import's module lock has) did not unwind the process. The request stands: the
+    process's loop ends on ``stop_requested``, and a later request raises again. Any
+    other exception goes to the hook there was before."""
+    global _unwinding
+    if isinstance(unraisable.exc_value, WarmStop):
+        _unwinding = False  # it raised only from False: nothing unwinds
+        return
+    _previous_unraisablehook(unraisable)
 
 
 def _on_stop_now(signum: int, frame: Any) -> None:

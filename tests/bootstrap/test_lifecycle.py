@@ -83,3 +83,39 @@ def test_the_stop_event_wakes_a_waiting_thread_and_can_be_cleared():
     assert woken == [True]
     event.clear()
     assert not event.is_set()
+
+
+#: A stop request whose handler runs in a weakref callback, where Python cannot raise
+#: (as in the callback of an import's module lock), then a second request.
+SIGNAL_IN_A_CALLBACK = """
+import signal, weakref
+from spawnflow.bootstrap import lifecycle
+
+lifecycle.install()
+
+
+class Held:
+    pass
+
+
+def on_collected(_ref):
+    signal.raise_signal(signal.SIGTERM)  # its handler runs here, inside the callback
+
+
+held = Held()
+ref = weakref.ref(held, on_collected)
+del held
+print("requested:", lifecycle.stop_requested.is_set(), flush=True)
+try:
+    lifecycle._on_stop_request(signal.SIGTERM, None)
+except lifecycle.WarmStop:
+    print("a second request unwinds", flush=True)
+"""
+
+
+def test_a_stop_request_handled_where_python_cannot_raise_stands_and_prints_nothing():
+    done = subprocess.run([sys.executable, "-c", SIGNAL_IN_A_CALLBACK], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["requested: True", "a second request unwinds"]
+    assert done.stderr == ""  # no "Exception ignored in ... WarmStop" traceback

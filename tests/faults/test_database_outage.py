@@ -213,7 +213,7 @@ def test_a_stop_during_an_outage_ends_the_other_components_too(
     env, _, proxy, _ = behind_a_proxy
     log_file = home / "logs" / f"{command}.log"
     # The fixture's `dag-processor --once` wrote a pass to the log already.
-    line, count = ("pass finished", 2) if command == "dag-processor" else ("runner started", 1)
+    line, count = ("pass finished", 2) if command == "dag-processor" else ("registered", 1)
     code, err, family = stopped_in_an_outage(
         command, env, proxy, log_file,
         working=None if at_start else lambda: _text(log_file).count(line) >= count,

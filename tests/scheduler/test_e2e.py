@@ -254,6 +254,39 @@ def test_the_dag_processors_own_server_leaves_between_passes(start_method, home,
         kill_if_running(standalone)
 
 
+def test_the_triggerers_own_server_leaves_with_its_idle_runner(start_method, home, tmp_path):
+    """Under forkserver the triggerer forks its runner from a server of its own; once
+    the runner has run no trigger for [triggerer] runner_idle_timeout, both leave (an
+    idle tree holds neither)."""
+    if start_method != "forkserver":
+        pytest.skip("only the forkserver start method has servers")
+    if not platforms.current().parent_death_signal:
+        pytest.skip("only Linux names each launcher's own server after it")
+    marks, dags = tmp_path / "marks", tmp_path / "dags"
+    harness.write_dags(dags, marks)
+    (dags / "defers.py").write_text(DEFERS.format(gate=str(marks / "open")))
+    marks.mkdir(exist_ok=True)
+    (marks / "open").touch()  # the trigger fires as soon as it runs
+    url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
+    env = environment(home, start_method, url, dags, SPAWNFLOW__CORE__LOAD_EXAMPLES="false",
+                      SPAWNFLOW__TRIGGERER__RUNNER_IDLE_TIMEOUT="1")  # fmt: skip
+    assert spawnflow("db", "migrate", env=env).returncode == 0
+    log = home / "logs" / "triggerer.log"
+    standalone = start("standalone", env=env)
+    try:
+        wait_for(lambda: spawnflow("dags", "trigger", "defers", env=env).returncode == 0,
+                 what="the deferring Dag to be known")  # fmt: skip
+        wait_for(lambda: query(url, "SELECT state FROM task_instance WHERE task_id = 'defers'")
+                 == [("success",)], what="the deferred task to resume and succeed")  # fmt: skip
+        (triggerer,) = [p for p in descendants(standalone) if role_of(p) == "triggerer"]
+        wait_for(lambda: not [p for p in descendants(standalone)
+                              if role_of(p) in (f"fs-{triggerer.pid}", "trigger-runner")],
+                 what="the idle runner and the triggerer's own server to leave")  # fmt: skip
+    finally:
+        kill_if_running(standalone)
+    assert "trigger runner started" in log.read_text()  # it was there, and left
+
+
 def runs_a_server(process: psutil.Process) -> bool:
     """Whether ``process`` runs a forkserver's loop (its children inherit its command
     line, not its name)."""

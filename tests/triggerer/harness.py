@@ -214,6 +214,7 @@ def write_dags(folder: Path, gates: Path, marks: Path, watchers: bool = True) ->
         path.mkdir(parents=True, exist_ok=True)
     (folder / "deferral_helpers.py").write_text(HELPERS)
     (folder / ".spawnflowignore").write_text("deferral_helpers.py\n")
+    assert DAGS.count("\nWATCHED = ") == 1  # the watcher's Dag comes last, from there on
     dags = DAGS if watchers else DAGS.split("\nWATCHED = ")[0]
     (folder / "deferring.py").write_text(
         "import json\n" + dags.format(gates=str(gates), marks=str(marks))

@@ -37,6 +37,9 @@ def test_a_triggerer_rides_out_an_outage_and_its_event_resumes_the_task_once(
         try:
             schedule_until(settings, {run_id}, lambda: bool(trigger_rows()) and all(
                 row.triggerer_id for row in trigger_rows()))  # fmt: skip
+            # Its runner starts once the triggerer read back what it claimed.
+            wait_for(lambda: "trigger runner started" in events_of(log),
+                     what="the trigger runner")  # fmt: skip
             proxy.cut()
             seen = "database out of reach; retrying"
             wait_for(lambda: seen in events_of(log), what="the triggerer seeing the outage")

@@ -116,6 +116,8 @@ class Triggerer:
         except outage.GaveUp:
             log.warning("stopped before it began: the database is out of reach")
             return
+        # Its runner starts with the first trigger: this line says the triggerer is up.
+        log.info("triggerer registered", job_id=self.job_id, capacity=self.capacity)
         try:
             while not lifecycle.stop_requested.is_set():
                 try:
@@ -150,7 +152,7 @@ class Triggerer:
         if watched is None:
             return
         runner = watched.child
-        watched.on_exit = None  # no replacement
+        watched.on_exit = watched.on_ready = None  # no replacement, nothing more to run
         self.watch.stop(watched, grace=min(self.settings.core.stop_grace_period, 10.0))
         try:
             self.watch.until(lambda: runner.exit_status is not None, timeout=60)
@@ -286,6 +288,7 @@ class Triggerer:
         )  # fmt: skip
         self.runner = launcher.launch(spec)
         self._ready_at = time.monotonic()
+        self._idle_since, self._retiring = None, False
         self.sent.clear()
         self.watch.add(self.runner, on_ready=self._on_ready, on_message=self._on_message,
                        on_exit=self._on_exit, on_boot_failure=self._on_boot_failure)  # fmt: skip
@@ -351,7 +354,7 @@ class Triggerer:
         self._idle_since = None
         forkservers.let_go("trigger-runner")
         if self._retiring:
-            self._retiring = False
+            self._retiring, self._failures = False, 0  # it booted and ran: no failure
             log.debug("idle trigger runner left", status=status.describe())
             return
         lived = time.monotonic() - self._ready_at
@@ -363,8 +366,14 @@ class Triggerer:
 
     def _on_boot_failure(self, watched: Watched, error: ChildBootError) -> None:
         """A runner that could not boot: another after a pause that doubles (1 s, 2 s),
-        unless they keep failing."""
+        unless they keep failing. One let go while it booted (idle already) is no failure."""
         self.runner = None
+        self._idle_since = None
+        forkservers.let_go("trigger-runner")
+        if self._retiring:
+            self._retiring = False
+            log.debug("idle trigger runner let go before it booted", error=str(error))
+            return
         self._failures += 1
         log.warning("trigger runner could not boot", error=str(error),
                     failures_in_a_row=self._failures)  # fmt: skip
