@@ -181,10 +181,7 @@ def test_standalones_tree_forks_from_two_servers_one_with_the_database_one_witho
     processes that hold an engine. A process that launches children does so through a
     server of its own forked from one of the two (named after it), never through an
     interpreter of its own."""
-    if start_method != "forkserver":
-        pytest.skip("only the forkserver start method has servers")
-    if not platforms.current().parent_death_signal:
-        pytest.skip("only Linux names each launcher's own server after it")
+    skip_unless_servers_are_named(start_method)
     with standalone_holding_a_task(home, start_method, tmp_path, grace="3", defer=True) as held:
         standalone, _, _, marks = held
         # The triggerer starts a runner once the deferred task's trigger waits; that
@@ -223,10 +220,7 @@ def test_the_dag_processors_own_server_leaves_between_passes(start_method, home,
     """Under forkserver the Dag processor forks its parsers from a server of its own:
     once a pass is over, no parser runs and that server leaves too (an idle tree holds
     neither), and the next pass that parses forks another from the shared one."""
-    if start_method != "forkserver":
-        pytest.skip("only the forkserver start method has servers")
-    if not platforms.current().parent_death_signal:
-        pytest.skip("only Linux names each launcher's own server after it")
+    skip_unless_servers_are_named(start_method)
     marks, dags = tmp_path / "marks", tmp_path / "dags"
     harness.write_dags(dags, marks)
     url = f"sqlite:///{(tmp_path / 'standalone.db').as_posix()}"
@@ -258,10 +252,7 @@ def test_the_triggerers_own_server_leaves_with_its_idle_runner(start_method, hom
     """Under forkserver the triggerer forks its runner from a server of its own; once
     the runner has run no trigger for [triggerer] runner_idle_timeout, both leave (an
     idle tree holds neither)."""
-    if start_method != "forkserver":
-        pytest.skip("only the forkserver start method has servers")
-    if not platforms.current().parent_death_signal:
-        pytest.skip("only Linux names each launcher's own server after it")
+    skip_unless_servers_are_named(start_method)
     marks, dags = tmp_path / "marks", tmp_path / "dags"
     harness.write_dags(dags, marks)
     (dags / "defers.py").write_text(DEFERS.format(gate=str(marks / "open")))
@@ -285,6 +276,13 @@ def test_the_triggerers_own_server_leaves_with_its_idle_runner(start_method, hom
     finally:
         kill_if_running(standalone)
     assert "trigger runner started" in log.read_text()  # it was there, and left
+
+
+def skip_unless_servers_are_named(start_method: str) -> None:
+    if start_method != "forkserver":
+        pytest.skip("only the forkserver start method has servers")
+    if not platforms.current().parent_death_signal:
+        pytest.skip("only Linux names each launcher's own server after it")
 
 
 def runs_a_server(process: psutil.Process) -> bool:
