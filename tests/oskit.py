@@ -45,21 +45,27 @@ def press_ctrl_c(process: subprocess.Popen) -> None:
     a Windows console sends Ctrl-C to every process attached to it, which the Windows
     simulation reproduces: no process there leaves the group.
     """
-    _to_console(process, signal.SIGINT)
+    ctrl_c_on_console(process.pid)
+
+
+def ctrl_c_on_console(leader: int) -> None:
+    """Ctrl-C on the terminal whose foreground group ``leader`` leads (a process that
+    :func:`start_in_console` started, or that process itself)."""
+    _to_console(leader, signal.SIGINT)
 
 
 def press_ctrl_break(process: subprocess.Popen) -> None:
     """Ctrl-Break on the Windows console that runs ``process``: to every process on it."""
     if not platforms.current().console_broadcast:
         pytest.skip("Ctrl-Break exists on Windows consoles only")
-    _to_console(process, signal.SIGBREAK)  # type: ignore[attr-defined]
+    _to_console(process.pid, signal.SIGBREAK)  # type: ignore[attr-defined]
 
 
-def _to_console(process: subprocess.Popen, signum: int) -> None:
+def _to_console(leader: int, signum: int) -> None:
     simulated = simulation()
     if simulated is not None:
-        simulated.console_interrupt(process.pid, signum)
+        simulated.console_interrupt(leader, signum)
     elif sys.platform == "win32":
         pytest.skip("a Windows console's Ctrl-C needs a console of the test's own")
     else:
-        os.killpg(process.pid, signum)
+        os.killpg(leader, signum)

@@ -64,7 +64,7 @@ class Upstream:
         # The server passes this descriptor to each child it forks, as the pipe whose
         # write ends keep it alive; ours must not keep it alive, so any will do.
         self._server._forkserver_alive_fd = _placeholder_fd()
-        self._server.ensure_running = _resource_tracker_running
+        self._server.ensure_running = platforms.resource_tracker_running
 
     def connect_to_new_process(self, fds: Sequence[int]) -> tuple[int, int]:
         return self._server.connect_to_new_process(fds)
@@ -134,7 +134,7 @@ class SubServer:
         keeps for it: that pipe is the upstream server's, and reads as the server's
         end when the upstream server dies, though ours runs on.
         """
-        _resource_tracker_running()
+        platforms.resource_tracker_running()
         with self._lock:
             if self._handle is not None:
                 if self.running():
@@ -337,12 +337,6 @@ def _route_launches() -> None:
 
     connect_to_new_process.routes_launches = True  # type: ignore[attr-defined]
     forkserver.connect_to_new_process = connect_to_new_process
-
-
-def _resource_tracker_running() -> None:
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()  # shared: the launcher hands its descriptor down
 
 
 _placeholder: int | None = None

@@ -102,3 +102,65 @@ def test_a_ctrl_c_while_a_launch_starts_the_resource_tracker_reaches_the_parent(
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "interrupts seen by the parent: 1", done.stderr
+
+
+# Run as a script, in a terminal (console) of its own: Ctrl-C is pressed there the
+# moment the launch has started multiprocessing's resource tracker, while the tracker's
+# interpreter still boots (it comes from the script itself: no timing involved).
+BOOTING_TRACKER_SCRIPT = """
+import os, signal
+if __name__ == "__main__":
+    from multiprocessing import resource_tracker
+    from spawnflow.bootstrap import settings
+    from spawnflow.bootstrap.launcher import ChildSpec, launch
+    from tests.oskit import ctrl_c_on_console
+    import psutil
+    signal.signal(signal.SIGINT, lambda *_: None)  # the top-level command's
+    tracker = resource_tracker._resource_tracker
+    starts = tracker.ensure_running
+    booting = []
+
+    def pressed_as_it_boots():
+        new = tracker._fd is None
+        starts()
+        if new:
+            booting.append(psutil.Process(tracker._pid))
+            ctrl_c_on_console(os.getpid())
+
+    resource_tracker.ensure_running = tracker.ensure_running = pressed_as_it_boots
+    settings.install(settings.resolve())
+    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
+                   method={method!r})
+    child.wait_ready(timeout=120)
+    (pressed,) = booting
+    try:
+        runs = pressed.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        runs = False
+    print("the tracker that booted during the Ctrl-C runs:", runs, flush=True)
+    child.stop(grace=5)
+"""
+
+
+def test_a_ctrl_c_while_the_resource_tracker_boots_ends_no_process(start_method, tmp_path, home):
+    """The tracker a launch starts is a process of the terminal's group (of the console,
+    on Windows), so it must boot deaf to Ctrl-C as every child does. Under the Windows
+    simulation the standard library cannot block SIGINT while it starts one: started
+    outside the launch's window, it died of a KeyboardInterrupt while importing
+    ``site`` (seen: a triggerer's Ctrl-C that printed a fatal error)."""
+    if start_method == "fork":
+        pytest.skip("a fork launch starts no interpreter and needs no resource tracker")
+    script = tmp_path / "launch_one.py"
+    script.write_text(BOOTING_TRACKER_SCRIPT.format(method=start_method))
+    process = start_in_console(
+        [sys.executable, str(script)], cwd=Path(__file__).parents[2],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert out.splitlines()[-1] == "the tracker that booted during the Ctrl-C runs: True", err
+    assert "Traceback" not in err, err

@@ -81,10 +81,19 @@ def test_the_triggerer_stops_warm_on_ctrl_c_and_hands_its_triggers_back(project)
     assert run("dag-processor", "--once", env=env).exit_code == 0
     triggerer = start("triggerer", env=env)
     try:
+        # Its runner starts once it claimed the asset watcher. Ctrl-C comes after that
+        # launch: on Windows a process that starts a child ignores Ctrl-C meanwhile, so
+        # that the child is born ignoring it (see Platform.launching).
+        assert triggerer.stderr is not None  # a pipe, as asked
+        before = []
+        while not before or "trigger runner started" not in before[-1]:
+            before.append(triggerer.stderr.readline())
+            assert before[-1], "the triggerer ended before its runner started"
         wait_for(lambda: query(url, "SELECT triggerer_id FROM trigger") not in ([], [(None,)]),
                  what="the triggerer claiming the asset watcher")  # fmt: skip
         press_ctrl_c(triggerer)
         out, err = triggerer.communicate(timeout=120)
+        err = "".join(before) + err
     finally:
         if triggerer.poll() is None:
             triggerer.kill()

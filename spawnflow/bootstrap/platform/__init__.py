@@ -119,18 +119,20 @@ class Platform(msgspec.Struct, frozen=True):
         :meth:`enter_own_process_group`). ``exec_follows``: the start runs a new
         interpreter from this process (see ``startmethods.starts_by_exec``).
 
-        Such a start first needs multiprocessing's resource tracker (POSIX), which is
+        On POSIX such a start first needs multiprocessing's resource tracker, which is
         started here if it does not run, before SIGINT is held: the standard library
         starts it with SIGINT blocked and unblocks it afterwards, which inside the
         window would deliver a Ctrl-C that came meanwhile while SIGINT is ignored,
         discarding it (seen: a triggerer that never stopped on a Ctrl-C pressed while it
-        started its first runner)."""
-        if exec_follows and sys.platform != "win32":
-            _posix.resource_tracker_running()
+        started its first runner). Only there: Windows has no tracker, and under its
+        simulation, where the standard library cannot block signals, the tracker must
+        start inside the window, born deaf to the console's Ctrl-C as every child is."""
         if self.console_broadcast and sys.platform == "win32":
             with _windows.children_born_ignoring_ctrl_c():
                 yield
         elif sys.platform != "win32" and self.process_groups:
+            if exec_follows:
+                resource_tracker_running()
             with _posix.interrupts_held(exec_follows=exec_follows):
                 yield
         elif sys.platform != "win32" and self.console_broadcast:
@@ -519,6 +521,14 @@ def usable_path(path: Path) -> Path:
         if not text.startswith("\\\\?\\"):
             return Path("\\\\?\\" + text)
     return path
+
+
+def resource_tracker_running() -> None:
+    """Start multiprocessing's resource tracker unless it runs (POSIX): what a spawn
+    launch and a forkserver's start do first. A launch hands its descriptor down, so
+    that the children share it. Windows has no tracker process."""
+    if sys.platform != "win32":
+        _posix.resource_tracker_running()
 
 
 def libc() -> Any:
