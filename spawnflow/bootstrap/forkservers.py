@@ -57,6 +57,13 @@ DATABASE_ROLES = frozenset(
     {"dag-processor", "scheduler", "triggerer", "executor-worker", "database-setup"}
 )
 
+#: What every launched process imports on its first steps rather than at import, so
+#: each paid for it alone: psutil to watch or stop children, ctypes for the C library,
+#: the rotation of its role's log file (seen, recording imports in a busy standalone
+#: tree under forkserver: 1.2 MiB private in each worker, the scheduler, the triggerer,
+#: the Dag processor, and each file parser).
+_FIRST_STEPS = ("psutil", "ctypes", "queue", "spawnflow.bootstrap.logrotation")
+
 #: What each server imports once, for its children to share (``database`` on top of
 #: ``user``'s, when it is forked from it). First the guard that keeps a server alive when
 #: a client goes away mid-request, last the freeze. Never user code, nothing that
@@ -67,27 +74,20 @@ PRELOAD = {
     "database": (
         "spawnflow.bootstrap.forkserver_guard",
         "spawnflow.bootstrap.launcher",
+        *_FIRST_STEPS,
         "sqlalchemy.orm",
         "spawnflow.models.ready",
         "spawnflow.processors.dag_processor.manager",
         "spawnflow.processors.scheduler.job",
         "spawnflow.processors.triggerer.job",
         "spawnflow.processors.worker.worker",
-        # What each of those processes imports on its first steps rather than at import:
-        # psutil to watch its children, ctypes for the C library, the SQLite driver of
-        # the default database, the rotation of its role's log file (seen: 1.2 MiB
-        # private in each worker, scheduler, triggerer and Dag processor under
-        # forkserver, 9 MiB in a busy standalone tree).
-        "psutil",
-        "ctypes",
-        "queue",
-        "sqlite3",
-        "spawnflow.bootstrap.logrotation",
+        "sqlite3",  # the default database's driver, imported by the first connection
         "spawnflow.bootstrap.forkserver_freeze",
     ),
     "user": (
         "spawnflow.bootstrap.forkserver_guard",
         "spawnflow.bootstrap.launcher",
+        *_FIRST_STEPS,
         "spawnflow.processors.dag_processor.parser",
         "spawnflow.processors.task_runner",
         "spawnflow.processors.xcom_helper",
