@@ -2,14 +2,16 @@
 starts one for it (``[triggerer] runner_idle_timeout``), against a runner that stays.
 
 For each start method, in a process of its own: a stand-in triggerer is launched as
-``standalone`` launches the real one (handed the tree's shared forkservers), and there,
-interleaved, times two kinds of round with a trigger already due (a DateTimeTrigger in
-the past, so that the trigger itself takes no time):
+``standalone`` launches the real one (handed the tree's shared forkservers), and there
+times two kinds of round with a trigger already due (a DateTimeTrigger in the past, so
+that the trigger itself takes no time):
 
-- **kept**: a ``RunTrigger`` to the runner it keeps, until the runner's ``TriggerFired``;
 - **on demand**: a runner launched as the triggerer launches one (same spec), its Ready,
-  the same ``RunTrigger``, its ``TriggerFired``; then the runner leaves and, under
-  forkserver, the stand-in lets its own server go, as an idle triggerer does.
+  a ``RunTrigger``, the runner's ``TriggerFired``; then the runner leaves and, under
+  forkserver, the stand-in lets its own server go, as an idle triggerer does, so that
+  the next round forks that server from the shared one again (checked);
+- **kept**, once those are done (a runner that stays would keep the server): the same
+  ``RunTrigger`` to a runner that stays, until its ``TriggerFired``.
 
 Prints medians and p95s per method, the on-demand round's ratio against the kept one
 in the same process, and what starting on demand adds (the difference of the medians).
@@ -63,6 +65,8 @@ def rounds(channel, count: int, out: str) -> None:
         elapsed = time.perf_counter() - started
         runner.stop(grace=10)
         forkservers.let_go("trigger-runner")
+        if runner.method == "forkserver" and forkservers.server_for("trigger-runner").running():
+            raise SystemExit("the stand-in's own forkserver was not let go")
         return elapsed
 
     def kept_round(runner, trigger_id: int) -> float:
@@ -70,16 +74,10 @@ def rounds(channel, count: int, out: str) -> None:
         fired(runner, trigger_id)
         return time.perf_counter() - started
 
+    figures = {"on demand": [on_demand(n) for n in range(WARM_UP + count)][WARM_UP:]}
     kept = launcher.launch(spec)
     kept.wait_ready(timeout=120)
-    figures: dict[str, list[float]] = {"kept": [], "on demand": []}
-    for n in range(WARM_UP + count):
-        # The kept runner goes second: the on-demand one has left, as a triggerer's
-        # first runner after an idle spell finds nothing of its own running.
-        took = {"on demand": on_demand(2 * n), "kept": kept_round(kept, 2 * n + 1)}
-        if n >= WARM_UP:
-            for kind, seconds in took.items():
-                figures[kind].append(seconds)
+    figures["kept"] = [kept_round(kept, n) for n in range(WARM_UP + count)][WARM_UP:]
     kept.stop(grace=10)
     Path(out).write_text(json.dumps(figures))
 
@@ -120,8 +118,8 @@ def main() -> None:
     from spawnflow.bootstrap import startmethods
 
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
-    print(f"{args.rounds} rounds of each kind per method, interleaved, after {WARM_UP} warm-up"
-          " rounds; a trigger already due, from RunTrigger (or the runner's launch) to its"
+    print(f"{args.rounds} rounds of each kind per method, after {WARM_UP} warm-up rounds; a"
+          " trigger already due, from RunTrigger (or the runner's launch) to its"
           " TriggerFired")  # fmt: skip
     print(f"\n{'method':<11}{'kept':>20}{'on demand':>20}{'ratio':>8}{'added':>10}")
     print(f"{'':<11}{'median / p95, ms':>20}{'median / p95, ms':>20}{'':>8}{'ms':>10}")

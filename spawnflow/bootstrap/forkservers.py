@@ -8,11 +8,12 @@ one server shared pages only with that server. Here the process that starts a tr
 starts two, one interpreter between them, and the whole tree forks from them:
 
 * ``user``, for the roles that run user code (which never imports SQLAlchemy): a new
-  interpreter that preloads the launcher and what a file parser, a task and an XCom
-  helper import;
+  interpreter that preloads the launcher, what a file parser, a task and an XCom
+  helper import, and what every process imports only on its first steps;
 * ``database``, for the roles that hold an engine (law 3): forked from ``user``, it
-  imports SQLAlchemy's ORM, the models and the components' modules on top, whose pages
-  its children then share with it (and the interpreter's with every process of the tree).
+  imports SQLAlchemy's ORM, the models, the components' modules and the SQLite driver
+  on top, whose pages its children then share with it (and the interpreter's with every
+  process of the tree).
 
 Each freezes its preload (:mod:`spawnflow.bootstrap.forkserver_freeze`).
 
@@ -57,12 +58,12 @@ DATABASE_ROLES = frozenset(
     {"dag-processor", "scheduler", "triggerer", "executor-worker", "database-setup"}
 )
 
-#: What every launched process imports on its first steps rather than at import, so
+#: What launched processes import on their first steps rather than at import, so that
 #: each paid for it alone: psutil to watch or stop children, ctypes for the C library,
-#: the rotation of its role's log file (seen, recording imports in a busy standalone
-#: tree under forkserver: 1.2 MiB private in each worker, the scheduler, the triggerer,
-#: the Dag processor, and each file parser).
-_FIRST_STEPS = ("psutil", "ctypes", "queue", "spawnflow.bootstrap.logrotation")
+#: the rotation of a role's log file (with logging.handlers, and queue through it). Seen
+#: by recording imports in a busy standalone tree under forkserver: 1.2 MiB private in
+#: each worker, the scheduler, the triggerer, the Dag processor and each file parser.
+_FIRST_STEPS = ("psutil", "ctypes", "spawnflow.bootstrap.logrotation")
 
 #: What each server imports once, for its children to share (``database`` on top of
 #: ``user``'s, when it is forked from it). First the guard that keeps a server alive when

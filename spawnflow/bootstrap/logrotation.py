@@ -17,7 +17,8 @@ then), says so once on stderr, and the file grows until a try a minute later
 succeeds.
 
 A module of its own: ``logging.handlers`` costs a child a few milliseconds to import,
-and a task process, whose file (the try's log) is never rotated, does not need it.
+and a task process, whose file (the try's log) is never rotated, does not need it
+(under forkserver every child has it from its server's preload, paid once).
 """
 
 from __future__ import annotations

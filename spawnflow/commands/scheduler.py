@@ -84,7 +84,10 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     # What the whole tree shares: the modules its forked children would each load
     # (fork), the servers its processes fork from (forkserver).
     for name in forkservers.fork_preload(settings, startmethods.ROLE_COMPONENTS):
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # as a forkserver's preload: sqlite3 on a Python built without it, say
     forkservers.share(settings, startmethods.ROLE_COMPONENTS)
     try:
         # In a child: no SQLAlchemy in this process. Its warnings (an outage) show here.

@@ -126,7 +126,8 @@ class Platform(msgspec.Struct, frozen=True):
         discarding it (seen: a triggerer that never stopped on a Ctrl-C pressed while it
         started its first runner). Only there: Windows has no tracker, and under its
         simulation, where the standard library cannot block signals, the tracker must
-        start inside the window, born deaf to the console's Ctrl-C as every child is."""
+        start inside the window, born deaf to the console's Ctrl-C as every child is
+        (from the main thread, the only one that can ignore SIGINT there)."""
         if self.console_broadcast and sys.platform == "win32":
             with _windows.children_born_ignoring_ctrl_c():
                 yield
