@@ -288,7 +288,6 @@ class Triggerer:
         )  # fmt: skip
         self.runner = launcher.launch(spec)
         self._ready_at = time.monotonic()
-        self._idle_since, self._retiring = None, False
         self.sent.clear()
         self.watch.add(self.runner, on_ready=self._on_ready, on_message=self._on_message,
                        on_exit=self._on_exit, on_boot_failure=self._on_boot_failure)  # fmt: skip
@@ -344,17 +343,23 @@ class Triggerer:
             return answer_state_request(session, request, asset_id=asset.id,
                                         max_size=self.settings.core.max_xcom_size)  # fmt: skip
 
-    def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
-        """The runner died: another starts while triggers wait, after a pause if this one
-        lived only briefly (a trigger that crashes its process must not make a tight
-        loop); or an idle one left. Under forkserver the server of ours that forked it
-        goes too: the next runner forks from the shared one again."""
+    def _forget_runner(self) -> bool:
+        """The runner is gone (it exited, or never booted): nothing runs what was sent
+        to it, and under forkserver the server of ours that forked it goes too. Whether
+        it was let go while idle."""
         self.runner = None
         self.sent.clear()
         self._idle_since = None
         forkservers.let_go("trigger-runner")
-        if self._retiring:
-            self._retiring, self._failures = False, 0  # it booted and ran: no failure
+        retired, self._retiring = self._retiring, False
+        return retired
+
+    def _on_exit(self, watched: Watched, status: ExitStatus) -> None:
+        """The runner died: another starts while triggers wait, after a pause if this one
+        lived only briefly (a trigger that crashes its process must not make a tight
+        loop); or an idle one left."""
+        if self._forget_runner():
+            self._failures = 0  # it booted and ran: no failure
             log.debug("idle trigger runner left", status=status.describe())
             return
         lived = time.monotonic() - self._ready_at
@@ -367,11 +372,7 @@ class Triggerer:
     def _on_boot_failure(self, watched: Watched, error: ChildBootError) -> None:
         """A runner that could not boot: another after a pause that doubles (1 s, 2 s),
         unless they keep failing. One let go while it booted (idle already) is no failure."""
-        self.runner = None
-        self._idle_since = None
-        forkservers.let_go("trigger-runner")
-        if self._retiring:
-            self._retiring = False
+        if self._forget_runner():
             log.debug("idle trigger runner let go before it booted", error=str(error))
             return
         self._failures += 1
