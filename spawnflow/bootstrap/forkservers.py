@@ -37,6 +37,9 @@ from typing import TYPE_CHECKING, Any
 from spawnflow.bootstrap import platform as platforms
 from spawnflow.bootstrap.subservers import ServerRef, SubServer, Upstream, launched_by, routed
 
+# A fork parent imports its fork preload as a server imports its own (see ``fork_preload``).
+from spawnflow.bootstrap.subservers import import_preload as import_preload
+
 if TYPE_CHECKING:
     import psutil
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
@@ -237,6 +237,19 @@ def _unlink(address: str) -> None:
         pass
 
 
+def import_preload(names: Iterable[str]) -> None:
+    """Import ``names``, the pages of a process that forks (a server, or a fork parent)
+    for its children to share; one this Python lacks (sqlite3, say) is left out, as
+    multiprocessing's own server does: a child that needs it imports it, or says why."""
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
 def serve(
     owner: int | None, listener: int, alive: int, key: int | None = None,
     preload: Sequence[str] = (),
@@ -245,7 +258,6 @@ def serve(
     its owner passed. It has its upstream server's preload from the fork, and imports
     ``preload`` on top of it. ``owner``: the process it launches for, in its name."""
     import gc
-    import importlib
     from multiprocessing import forkserver
 
     from spawnflow.bootstrap import forkserver_guard, startmethods
@@ -256,11 +268,7 @@ def serve(
     startmethods.release_forkserver()
     if owner is not None:
         platforms.current().name_process(f"{NAME_PREFIX}{owner}")
-    for name in preload:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # as multiprocessing's own server does: the child imports it, or says why
+    import_preload(preload)
     if preload:
         gc.freeze()  # see forkserver_freeze: imported upstream already, so not again
     extra = {} if key is None else {"authkey_r": key}

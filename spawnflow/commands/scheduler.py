@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import click
@@ -83,11 +82,7 @@ def standalone_command(state: State, exit_when_idle: bool) -> None:
     take_stop_requests()  # before the wait for the database: a stop ends it
     # What the whole tree shares: the modules its forked children would each load
     # (fork), the servers its processes fork from (forkserver).
-    for name in forkservers.fork_preload(settings, startmethods.ROLE_COMPONENTS):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass  # as a forkserver's preload: sqlite3 on a Python built without it, say
+    forkservers.import_preload(forkservers.fork_preload(settings, startmethods.ROLE_COMPONENTS))
     forkservers.share(settings, startmethods.ROLE_COMPONENTS)
     try:
         # In a child: no SQLAlchemy in this process. Its warnings (an outage) show here.
