@@ -57,104 +57,58 @@ def test_a_ctrl_c_while_a_child_boots_does_not_end_it(start_method, tmp_path, ho
     assert "Traceback" not in err
 
 
-# Run as a script: a Ctrl-C pressed while the launch starts multiprocessing's resource
-# tracker, which spawn and a forkserver's start need first (it comes from the script
-# itself, as the tracker starts: no timing involved).
+# Run as a script, in a terminal (console) of its own: a launch that starts
+# multiprocessing's resource tracker, which spawn and a forkserver's start need first,
+# with a Ctrl-C from the script itself (no timing involved) either "while it starts"
+# (pending as the tracker starts) or "as it boots" (pressed on the console right after
+# the tracker's exec: a new interpreter's boot takes far longer than that).
 TRACKER_SCRIPT = """
 import os, signal
 if __name__ == "__main__":
-    from multiprocessing import resource_tracker
-    from spawnflow.bootstrap import settings
-    from spawnflow.bootstrap.launcher import ChildSpec, launch
-    interrupts = []
-    signal.signal(signal.SIGINT, lambda *_: interrupts.append(1))  # the top-level command's
-    tracker = resource_tracker._resource_tracker
-    starts = tracker.ensure_running
-
-    def pressed_while_it_starts():
-        if tracker._fd is None:
-            os.kill(os.getpid(), signal.SIGINT)
-        starts()
-
-    resource_tracker.ensure_running = tracker.ensure_running = pressed_while_it_starts
-    settings.install(settings.resolve())
-    child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
-                   method={method!r})
-    child.wait_ready(timeout=120)
-    print("interrupts seen by the parent:", len(interrupts), flush=True)
-    child.stop(grace=5)
-"""
-
-
-def test_a_ctrl_c_while_a_launch_starts_the_resource_tracker_reaches_the_parent(
-    start_method, tmp_path, home
-):
-    """The standard library starts its resource tracker with SIGINT blocked and then
-    unblocks it: inside the launch's window, where SIGINT is ignored, that discarded a
-    Ctrl-C pressed meanwhile (a triggerer that never stopped)."""
-    if start_method == "fork":
-        pytest.skip("a fork launch starts no interpreter and needs no resource tracker")
-    if not platforms.current().process_groups:
-        pytest.skip("Windows has no resource tracker; its console's Ctrl-C is its own")
-    script = tmp_path / "launch_one.py"
-    script.write_text(TRACKER_SCRIPT.format(method=start_method))
-    done = subprocess.run([sys.executable, str(script)], cwd=Path(__file__).parents[2],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == "interrupts seen by the parent: 1", done.stderr
-
-
-# Run as a script, in a terminal (console) of its own: Ctrl-C is pressed there the
-# moment the launch has started multiprocessing's resource tracker, while the tracker's
-# interpreter still boots (it comes from the script itself, right after the tracker's
-# exec: a new interpreter's boot takes far longer than that).
-BOOTING_TRACKER_SCRIPT = """
-import os, signal
-if __name__ == "__main__":
+    import psutil
     from multiprocessing import resource_tracker
     from spawnflow.bootstrap import settings
     from spawnflow.bootstrap.launcher import ChildSpec, launch
     from tests.oskit import ctrl_c_on_console
-    import psutil
-    signal.signal(signal.SIGINT, lambda *_: None)  # the top-level command's
+    interrupts, started = [], []
+    signal.signal(signal.SIGINT, lambda *_: interrupts.append(1))  # the top-level command's
     tracker = resource_tracker._resource_tracker
     starts = tracker.ensure_running
-    booting = []
 
-    def pressed_as_it_boots():
+    def pressed():
         new = tracker._fd is None
+        if new and {press!r} == "while it starts":
+            os.kill(os.getpid(), signal.SIGINT)
         starts()
         if new:
-            booting.append(psutil.Process(tracker._pid))
-            ctrl_c_on_console(os.getpid())
+            started.append(psutil.Process(tracker._pid))
+            if {press!r} == "as it boots":
+                ctrl_c_on_console(os.getpid())
 
-    resource_tracker.ensure_running = tracker.ensure_running = pressed_as_it_boots
+    resource_tracker.ensure_running = tracker.ensure_running = pressed
     settings.install(settings.resolve())
     child = launch(ChildSpec("test-child", "tests.fixtures.targets:wait_quietly"),
                    method={method!r})
     child.wait_ready(timeout=120)
-    (pressed,) = booting
+    (tracker_process,) = started
     try:
-        runs = pressed.status() != psutil.STATUS_ZOMBIE
+        runs = tracker_process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         runs = False
-    print("the tracker that booted during the Ctrl-C runs:", runs, flush=True)
+    print("interrupts seen by the parent:", len(interrupts), flush=True)
+    print("the tracker runs:", runs, flush=True)
     child.stop(grace=5)
 """
 
 
-def test_a_ctrl_c_while_the_resource_tracker_boots_ends_no_process(start_method, tmp_path, home):
-    """The tracker a launch starts is a process of the terminal's group (of the console,
-    under the Windows simulation), so it must boot deaf to Ctrl-C as every child does.
-    Under the Windows simulation the standard library cannot block SIGINT while it
-    starts one: started outside the launch's window, it died of a KeyboardInterrupt
-    while importing ``site`` (seen: a triggerer's Ctrl-C that printed a fatal error)."""
-    if start_method == "fork":
+def run_tracker_script(tmp_path: Path, method: str, press: str) -> tuple[list[str], str]:
+    """:data:`TRACKER_SCRIPT`'s lines on stdout, and its stderr; it exited with 0."""
+    if method == "fork":
         pytest.skip("a fork launch starts no interpreter and needs no resource tracker")
     if sys.platform == "win32":
         pytest.skip("Windows has no resource tracker")
     script = tmp_path / "launch_one.py"
-    script.write_text(BOOTING_TRACKER_SCRIPT.format(method=start_method))
+    script.write_text(TRACKER_SCRIPT.format(method=method, press=press))
     process = start_in_console(
         [sys.executable, str(script)], cwd=Path(__file__).parents[2],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -165,5 +119,27 @@ def test_a_ctrl_c_while_the_resource_tracker_boots_ends_no_process(start_method,
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert out.splitlines()[-1] == "the tracker that booted during the Ctrl-C runs: True", err
+    return out.splitlines(), err
+
+
+def test_a_ctrl_c_while_a_launch_starts_the_resource_tracker_reaches_the_parent(
+    start_method, tmp_path, home
+):
+    """The standard library starts its resource tracker with SIGINT blocked and then
+    unblocks it: inside the launch's window, where SIGINT is ignored, that discarded a
+    Ctrl-C pressed meanwhile (a triggerer that never stopped)."""
+    if not platforms.current().process_groups:
+        pytest.skip("the Windows simulation's Ctrl-C goes to the console, not to a process")
+    lines, err = run_tracker_script(tmp_path, start_method, "while it starts")
+    assert lines[-2:] == ["interrupts seen by the parent: 1", "the tracker runs: True"], err
+
+
+def test_a_ctrl_c_while_the_resource_tracker_boots_ends_no_process(start_method, tmp_path, home):
+    """The tracker a launch starts is a process of the terminal's group (of the console,
+    under the Windows simulation), so it must boot deaf to Ctrl-C as every child does.
+    Under the Windows simulation the standard library cannot block SIGINT while it
+    starts one: started outside the launch's window, it died of a KeyboardInterrupt
+    while importing ``site`` (seen: a triggerer's Ctrl-C that printed a fatal error)."""
+    lines, err = run_tracker_script(tmp_path, start_method, "as it boots")
+    assert lines[-1] == "the tracker runs: True", err
     assert "Traceback" not in err, err
