@@ -401,7 +401,12 @@ def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
         press_ctrl_c(scheduler)
         time.sleep(0.1)  # the gap between the two presses: the fault this test injects
         press_ctrl_c(scheduler)
-        _, err = scheduler.communicate(timeout=120)
+        try:
+            _, err = scheduler.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            log = home / "logs" / "scheduler.log"
+            pytest.fail("the scheduler did not stop within 120 s of two Ctrl-Cs; its log:\n"
+                        + (log.read_text() if log.exists() else "(none)"))  # fmt: skip
     finally:
         kill_if_running(scheduler)
     assert scheduler.returncode == 130, err
