@@ -6,8 +6,10 @@ after all of them) and ``chain`` (50 tasks one after another). For each start me
 in a process of its own with a fresh SQLite database, each Dag gets one manual run
 driven by the scheduler and the local executor until it finishes. Printed per method:
 tasks per second over the fan-out run, the scheduling latency from an upstream task's
-end to its downstream task's start along the chain (p50, p95), and the peak RSS of the
-workers and of the task processes (each task reports its own).
+end to its downstream task's start along the chain (p50, p95), the CPU the fan-out cost
+per task (the whole machine's busy time, database included, its kernel part, and the
+scheduler's own: on a quiet machine, where the throughput's ceiling is), and the peak RSS
+of the workers and of the task processes (each task reports its own).
 
 With ``--airflow PYTHON`` (the interpreter of a virtualenv with Apache Airflow 3.x) the
 same Dags also run on Airflow's LocalExecutor (``benchmarks/airflow_runner.py``) and
@@ -105,6 +107,8 @@ def measure(
 ) -> dict:
     """In this process: run both Dags under ``method`` and collect the figures; on the
     Celery executor through ``broker`` when one is given."""
+    import resource
+
     import psutil
     from sqlalchemy import select
 
@@ -155,9 +159,11 @@ def measure(
             with orm.session_scope() as session:
                 return session.get(DagRun, run_id).state in ("success", "failed")
 
+        machine, own = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         Scheduler(snapshot, executor=executor, only_runs={run_id}, on_loop=sample).run(until=done)
         seconds = time.perf_counter() - started
+        cpu = cpu_spent(machine, psutil.cpu_times(), own, resource.getrusage(resource.RUSAGE_SELF))
         with orm.session_scope() as session:
             tis = list(
                 session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run_id))
@@ -168,7 +174,7 @@ def measure(
             )]  # fmt: skip
             state = session.get(DagRun, run_id).state
         results[dag_id] = {"seconds": seconds, "tasks": len(tis), "state": state,
-                           "task_rss": max(rss) if rss else 0}  # fmt: skip
+                           "task_rss": max(rss) if rss else 0, "cpu": cpu}  # fmt: skip
         if dag_id == "chain":
             by_id = {ti.id: ti for ti in tis}
             ordered = sorted(by_id.values(), key=lambda ti: runs.aware(ti.start_date))
@@ -186,17 +192,41 @@ def measure(
     return results
 
 
-def figures(r: dict) -> tuple[float, float, float, float]:
-    """Fan-out tasks/s, chain seconds, and the chain's latency p50 and p95 of one result."""
+def cpu_spent(machine_before, machine_after, own_before, own_after) -> dict[str, float]:
+    """CPU seconds between two readings: the machine's busy time (every process, the
+    database server's too; idle and I/O wait left out), its kernel part, and this
+    process's own (the scheduler, which runs here)."""
+    busy = {name: getattr(machine_after, name) - getattr(machine_before, name)
+            for name in machine_after._fields if name not in ("idle", "iowait")}  # fmt: skip
+    kernel = sum(busy.get(name, 0.0) for name in ("system", "irq", "softirq"))
+    own = (own_after.ru_utime - own_before.ru_utime) + (own_after.ru_stime - own_before.ru_stime)
+    return {"machine": sum(busy.values()), "kernel": kernel, "scheduler": own}
+
+
+#: The figures of one run, in the order :func:`row` prints them.
+Figures = tuple[float, float, float, float, float, float, float]
+
+
+def figures(r: dict) -> Figures:
+    """Fan-out tasks/s, chain seconds, the chain's latency p50 and p95, and the fan-out's
+    CPU milliseconds per task (machine, kernel, scheduler; NaN where not measured)."""
     fan, chain, gaps = r["fanout"], r["chain"], r["latency"]
     assert fan["state"] == chain["state"] == "success", r
     p50, p95 = summary(gaps)
-    return fan["tasks"] / fan["seconds"], chain["seconds"], p50, p95
+    cpu = fan.get("cpu") or {}
+    per_task = [cpu.get(k, float("nan")) * 1e3 / fan["tasks"]
+                for k in ("machine", "kernel", "scheduler")]  # fmt: skip
+    return (fan["tasks"] / fan["seconds"], chain["seconds"], p50, p95, *per_task)
 
 
-def row(name: str, values: tuple[float, float, float, float]) -> str:
-    rate, chain, p50, p95 = values
-    return f"{name:<16}{rate:>15.1f}{chain:>9.2f}{p50 * 1e3:>11.0f}ms{p95 * 1e3:>6.0f}ms"
+HEADER = (f"{'method':<16}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}{'p95':>8}"
+          f"{'CPU ms/task':>13}{'kernel':>8}{'sched.':>8}")  # fmt: skip
+
+
+def row(name: str, values: Figures) -> str:
+    rate, chain, p50, p95, machine, kernel, scheduler = values
+    return (f"{name:<16}{rate:>15.1f}{chain:>9.2f}{p50 * 1e3:>11.0f}ms{p95 * 1e3:>6.0f}ms"
+            f"{machine:>13.1f}{kernel:>8.1f}{scheduler:>8.1f}")  # fmt: skip
 
 
 def measure_in_child(args, method: str, broker: str | None = None) -> dict:
@@ -273,9 +303,8 @@ def main() -> None:
     methods = args.methods.split(",") if args.methods else list(startmethods.available())
     print(f"fanout: 1 + {args.fanout} + 1 no-op tasks; chain: 50 no-op tasks; "
           f"{args.workers} workers; {args.rounds} round(s)", flush=True)  # fmt: skip
-    header = f"{'method':<16}{'fanout tasks/s':>15}{'chain s':>9}{'latency p50':>13}{'p95':>8}"
-    print(f"{header}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")
-    results: dict[str, list[tuple[float, float, float, float]]] = {}
+    print(f"{HEADER}{'worker RSS':>12}{'task RSS':>10}{'scheduler RSS':>15}")
+    results: dict[str, list[Figures]] = {}
     version = None
     brokers = args.brokers.split(",") if args.executor == "celery" else []
     for _ in range(args.rounds):
@@ -299,7 +328,7 @@ def main() -> None:
         for name, rounds in results.items()
     }
     if args.rounds > 1:
-        print(f"\nmedians of {args.rounds} rounds\n{header}")
+        print(f"\nmedians of {args.rounds} rounds\n{HEADER}")
         for name, values in medians.items():
             print(row(name, values))
     for name, (rate, *_) in medians.items():
@@ -309,8 +338,8 @@ def main() -> None:
                   f"({rate:.1f} vs {local:.1f}; {args.workers // 2} workers x 2 vs "
                   f"{args.workers} workers)")  # fmt: skip
     if args.airflow:
-        rate, _, latency, _ = medians.pop("airflow")
-        for method, (ours, _, our_latency, _) in medians.items():
+        rate, _, latency, *_ = medians.pop("airflow")
+        for method, (ours, _, our_latency, *_) in medians.items():
             print(f"{method}: {ours / rate:.1f}x Airflow {version}'s throughput, "
                   f"latency p50 {our_latency * 1e3:.0f} ms vs {latency * 1e3:.0f} ms")  # fmt: skip
 
