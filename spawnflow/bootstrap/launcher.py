@@ -11,9 +11,10 @@ no migrations.
 
 The spec is pickled under every method, fork included, so a spec that could not
 reach a spawned child fails under fork too, in the parent, at launch. A spawn or
-forkserver child unpickles those bytes; a fork child already holds a copy of the
-spec object in its copied memory and uses that (unpickling it again would only
-cost time), so every child sees a copy, never a shared object.
+forkserver child is sent those bytes compressed and unpickles them; a fork child
+already holds a copy of the spec object in its copied memory and uses that
+(unpickling it again would only cost time), so every child sees a copy, never a
+shared object.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pickle
 import re
 import sys
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import Any
@@ -166,6 +168,13 @@ def launch(spec: ChildSpec, *, method: str | None = None, share_forkservers: boo
         pairs = [ctx.Pipe(duplex=False) for _ in range(2)]
         readers, writers = tuple(r for r, _ in pairs), tuple(w for _, w in pairs)
     pickled = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    if method != "fork":
+        # Windows' spawn writes what the child needs into a pipe after CreateProcess, and
+        # WriteFile waits for the child to read whatever does not fit the pipe's buffer:
+        # our launch would last the child's whole interpreter start (with Ctrl-C held
+        # off meanwhile, see Platform.launching). The settings make most of a spec and
+        # compress to 2/5; the payload then fits a 4 KiB buffer.
+        pickled = zlib.compress(pickled, 1)
     if method == "fork" and platform.parent_death_signal:
         platforms.libc()  # opened once here, so that no fork child pays for dlopen
     # A fork child inherits our ends of its own pipes too; it must close them, or it
@@ -311,7 +320,9 @@ def _child_entry(
     channel = wire.Channel(connection)
     stage, role = "spec", "unknown"
     try:
-        child_spec: ChildSpec = pickle.loads(spec) if isinstance(spec, bytes) else spec
+        child_spec: ChildSpec = (
+            pickle.loads(zlib.decompress(spec)) if isinstance(spec, bytes) else spec
+        )
         role = child_spec.role
         stage = "settings"
         snapshot = child_spec.settings
