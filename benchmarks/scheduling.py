@@ -7,9 +7,11 @@ in a process of its own with a fresh SQLite database, each Dag gets one manual r
 driven by the scheduler and the local executor until it finishes. Printed per method:
 tasks per second over the fan-out run, the scheduling latency from an upstream task's
 end to its downstream task's start along the chain (p50, p95), the CPU the fan-out cost
-per task (the whole machine's busy time, database included, its kernel part, and the
-scheduler's own: on a quiet machine, where the throughput's ceiling is), and the peak RSS
-of the workers and of the task processes (each task reports its own).
+per task, and the peak RSS of the workers and of the task processes (each task reports
+its own). CPU per task is the whole machine's busy time (the database server's too;
+read it on a quiet machine: it shows how far the cores bound the throughput), its
+kernel part, and the scheduler's own; it covers the executor's start and stop and the
+benchmark's own check of the run's state after each loop.
 
 With ``--airflow PYTHON`` (the interpreter of a virtualenv with Apache Airflow 3.x) the
 same Dags also run on Airflow's LocalExecutor (``benchmarks/airflow_runner.py``) and
@@ -46,6 +48,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from _setup import as_installed, summary
 
@@ -107,8 +110,6 @@ def measure(
 ) -> dict:
     """In this process: run both Dags under ``method`` and collect the figures; on the
     Celery executor through ``broker`` when one is given."""
-    import resource
-
     import psutil
     from sqlalchemy import select
 
@@ -159,11 +160,11 @@ def measure(
             with orm.session_scope() as session:
                 return session.get(DagRun, run_id).state in ("success", "failed")
 
-        machine, own = psutil.cpu_times(), resource.getrusage(resource.RUSAGE_SELF)
+        machine, own = psutil.cpu_times(), psutil.Process().cpu_times()
         started = time.perf_counter()
         Scheduler(snapshot, executor=executor, only_runs={run_id}, on_loop=sample).run(until=done)
         seconds = time.perf_counter() - started
-        cpu = cpu_spent(machine, psutil.cpu_times(), own, resource.getrusage(resource.RUSAGE_SELF))
+        cpu = cpu_spent(machine, psutil.cpu_times(), own, psutil.Process().cpu_times())
         with orm.session_scope() as session:
             tis = list(
                 session.scalars(select(TaskInstance).where(TaskInstance.dag_run_id == run_id))
@@ -192,14 +193,19 @@ def measure(
     return results
 
 
-def cpu_spent(machine_before, machine_after, own_before, own_after) -> dict[str, float]:
-    """CPU seconds between two readings: the machine's busy time (every process, the
-    database server's too; idle and I/O wait left out), its kernel part, and this
-    process's own (the scheduler, which runs here)."""
+def cpu_spent(machine_before: Any, machine_after: Any, own_before: Any, own_after: Any
+              ) -> dict[str, float]:  # fmt: skip
+    """CPU seconds between two readings of ``psutil.cpu_times()`` (the machine) and of
+    ``psutil.Process().cpu_times()`` (this process, the scheduler): the machine's busy
+    time, its kernel part, and ours. Busy is user, nice, system, irq and softirq, where
+    the OS has them: idle and I/O wait are not work, steal is time the hypervisor gave
+    elsewhere, Linux counts guest time inside user already, and Windows its interrupt
+    and DPC time inside system."""
     busy = {name: getattr(machine_after, name) - getattr(machine_before, name)
-            for name in machine_after._fields if name not in ("idle", "iowait")}  # fmt: skip
+            for name in ("user", "nice", "system", "irq", "softirq")
+            if hasattr(machine_after, name)}  # fmt: skip
     kernel = sum(busy.get(name, 0.0) for name in ("system", "irq", "softirq"))
-    own = (own_after.ru_utime - own_before.ru_utime) + (own_after.ru_stime - own_before.ru_stime)
+    own = (own_after.user - own_before.user) + (own_after.system - own_before.system)
     return {"machine": sum(busy.values()), "kernel": kernel, "scheduler": own}
 
 

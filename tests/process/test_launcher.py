@@ -349,8 +349,10 @@ def test_what_a_spawned_task_is_sent_fits_a_windows_pipe_buffer(make_settings, m
     after CreateProcess; past the pipe's buffer the parent waits for the child to read,
     that is, for its whole interpreter start, with Ctrl-C held off meanwhile. Measured
     here at the pickler the standard library writes through, for a task's spec (its
-    workload, captured output), the largest a worker launches."""
+    workload, captured output), launched from a process started as ``spawnflow
+    scheduler`` (the preparation data carries the parent's ``sys.argv``)."""
     import datetime as dt
+    import io
     import multiprocessing.reduction
 
     from spawnflow.comms.tasks import Workload
@@ -360,11 +362,14 @@ def test_what_a_spawned_task_is_sent_fits_a_windows_pipe_buffer(make_settings, m
     dump = multiprocessing.reduction.dump
 
     def measured_dump(obj, file, protocol=None):
-        start = file.tell()
-        dump(obj, file, protocol)
-        written.append(file.tell() - start)
+        pickled = io.BytesIO()  # measured here: tell() on a Windows pipe says nothing
+        dump(obj, pickled, protocol)
+        written.append(len(pickled.getbuffer()))
+        file.write(pickled.getbuffer())
 
     monkeypatch.setattr(multiprocessing.reduction, "dump", measured_dump)
+    monkeypatch.setattr(sys, "argv", [str(Path(sys.executable).with_name("spawnflow")),
+                                      "scheduler"])  # fmt: skip
     now = dt.datetime.now(dt.UTC)
     workload = Workload(
         ti_id=7, dag_id="an_etl_dag", run_id=f"manual__{now.isoformat()}", task_id="load",

@@ -404,9 +404,13 @@ def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
         try:
             _, err = scheduler.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            log = home / "logs" / "scheduler.log"
-            pytest.fail("the scheduler did not stop within 120 s of two Ctrl-Cs; its log:\n"
-                        + (log.read_text() if log.exists() else "(none)"))  # fmt: skip
+            for process in [*descendants(scheduler), psutil.Process(scheduler.pid)]:
+                process.kill()
+            _, err = scheduler.communicate()
+            logs = [f"--- {path.name}\n{path.read_text()[-4000:]}"
+                    for path in sorted((home / "logs").rglob("*.log"))]  # fmt: skip
+            pytest.fail("the scheduler did not stop within 120 s of two Ctrl-Cs; its stderr:\n"
+                        + err + "\n".join(logs))  # fmt: skip
     finally:
         kill_if_running(scheduler)
     assert scheduler.returncode == 130, err

@@ -164,8 +164,8 @@ class Scheduler:
                 if lifecycle.stop_requested.is_set() and grace_ends is None:
                     # Whoever stops us waits ``grace`` at most: leave room to end cleanly.
                     grace_ends = time.monotonic() + 0.9 * grace
-                    log.info("stopping: running tasks may finish within the grace period; "
-                             "a second stop request ends them at once", grace_s=grace)  # fmt: skip
+                    log.info("stopping", running_tasks=self.executor.running(),
+                             waits_at_most_s=round(0.9 * grace, 1))  # fmt: skip
                     self.executor.request_stop()
                 try:
                     summary = self.loop_once(queue=grace_ends is None)
