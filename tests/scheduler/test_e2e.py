@@ -72,17 +72,19 @@ def descendants(process: subprocess.Popen) -> list[psutil.Process]:
     return psutil.Process(process.pid).children(recursive=True)
 
 
-def kill_if_running(command: subprocess.Popen) -> None:
+def kill_if_running(command: subprocess.Popen) -> str:
     """After a test that failed to stop ``command``: kill its whole tree (its children
-    would stop warm, taking the grace period, and hold its output pipes open meanwhile)."""
+    would stop warm, taking the grace period, and hold its output pipes open meanwhile).
+    What it wrote to stderr until then ("" if it had ended already)."""
     if command.poll() is not None:
-        return
+        return ""
     for process in [*descendants(command), psutil.Process(command.pid)]:
         try:
             process.kill()
         except psutil.Error:
             pass
-    command.communicate()
+    _, err = command.communicate()
+    return err or ""
 
 
 def all_gone(processes: list[psutil.Process]) -> bool:
@@ -404,9 +406,7 @@ def test_a_second_ctrl_c_stops_the_scheduler_at_once_and_queues_its_task_again(
         try:
             _, err = scheduler.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            for process in [*descendants(scheduler), psutil.Process(scheduler.pid)]:
-                process.kill()
-            _, err = scheduler.communicate()
+            err = kill_if_running(scheduler)
             logs = [f"--- {path.name}\n{path.read_text()[-4000:]}"
                     for path in sorted((home / "logs").rglob("*.log"))]  # fmt: skip
             pytest.fail("the scheduler did not stop within 120 s of two Ctrl-Cs; its stderr:\n"
